@@ -1,0 +1,400 @@
+"""The environment config: one validated YAML file per environment drives the node pools, the
+RayCluster and the jobs' defaults, so they cannot disagree.
+
+Validation happens before anything is built or written. A bad file raises `ConfigError`, whose
+message has one line per bad field, each naming the field and what would be valid.
+"""
+
+from __future__ import annotations
+
+import re
+import types
+import typing
+from functools import cached_property
+from ipaddress import IPv4Network
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    PositiveInt,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from infra import catalog
+
+ENVIRONMENTS_DIR = Path(__file__).parent / "environments"
+
+# GKE node pool and Kubernetes names: lowercase DNS labels. Node pool names are suffixed with the
+# slice index ("-0"), so groups stay short enough for GKE's 40-character limit.
+_NAME = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+_PROJECT = r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$"
+_BUCKET = r"^[a-z0-9][-_.a-z0-9]{1,61}[a-z0-9]$"
+_QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?$"
+
+Name = Annotated[str, Field(pattern=_NAME, max_length=30)]
+Quantity = Annotated[str, Field(pattern=_QUANTITY)]
+
+
+class ConfigError(ValueError):
+    """An invalid environment config. `str()` is the whole user-facing message."""
+
+    def __init__(self, source: str, problems: list[str]):
+        self.source = source
+        self.problems = problems
+        lines = "\n".join(f"  - {p}" for p in problems)
+        super().__init__(f"{source} is not a valid environment config:\n{lines}")
+
+
+class _Strict(BaseModel):
+    # Unknown keys are errors: a typo must not silently fall back to a default.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Reservation(_Strict):
+    """Consume a specific Compute Engine reservation."""
+
+    reservation: Annotated[str, Field(min_length=1, pattern=_NAME)]
+
+
+# `on-demand`: plain capacity; `spot`: preemptible; `flex-start`: Dynamic Workload Scheduler,
+# provisioned when pods ask (no reservation); `queued-provisioning`: flex-start through
+# ProvisioningRequests (for Kueue users); `{reservation: NAME}`: a specific reservation.
+CapacityKind = Literal["on-demand", "spot", "flex-start", "queued-provisioning"]
+Capacity = Union[CapacityKind, Reservation]
+
+
+class Autoscaling(_Strict):
+    """Slices of a group scale between `min_slices` and the group's `slices`, whole slices at a time."""
+
+    min_slices: NonNegativeInt = 0
+
+
+class SliceGroup(_Strict):
+    """`slices` identical TPU slices. Each multi-host slice is its own node pool."""
+
+    name: Name
+    generation: str
+    topology: str
+    # Only needed where a topology fits one big host or several 4-chip hosts (v5e/v6e 2x4).
+    chips_per_host: PositiveInt | None = Field(default=None, validate_default=True)
+    slices: PositiveInt = 1
+    capacity: Capacity = "on-demand"
+    autoscaling: Autoscaling | None = None
+    # What each Ray worker pod (one per host) requests besides its TPU chips.
+    pod_cpu: Quantity = "24"
+    pod_memory: Quantity = "200G"
+
+    @field_validator("generation", mode="before")
+    @classmethod
+    def _known_generation(cls, value: Any) -> str:
+        return catalog.generation(str(value)).name
+
+    @field_validator("topology", mode="before")
+    @classmethod
+    def _offered_topology(cls, value: Any, info: ValidationInfo) -> str:
+        topology = str(value).strip().lower()
+        if "generation" in info.data:  # else the generation's own error already says why
+            gen = catalog.generation(info.data["generation"])
+            if topology not in gen.topologies:
+                raise ValueError(
+                    f"{value!r} is not offered for {gen.name}; valid topologies: {', '.join(gen.topologies)}"
+                )
+        return topology
+
+    @field_validator("chips_per_host")
+    @classmethod
+    def _unambiguous_hosts(cls, value: int | None, info: ValidationInfo) -> int:
+        if "generation" not in info.data or "topology" not in info.data:
+            return value  # type: ignore[return-value]
+        return catalog.shape(info.data["generation"], info.data["topology"], value).chips_per_host
+
+    @field_validator("capacity", mode="before")
+    @classmethod
+    def _known_capacity(cls, value: Any) -> Any:
+        # Checked here so that a bad value gets one sentence, not one per branch of the union.
+        choices = f"{', '.join(typing.get_args(CapacityKind))} or {{reservation: NAME}}"
+        if isinstance(value, dict):
+            name = str(value.get("reservation") or "").strip()
+            if set(value) != {"reservation"} or not name:
+                raise ValueError(f"a reservation is written `capacity: {{reservation: NAME}}`; valid: {choices}")
+            if not re.match(_NAME, name):
+                raise ValueError(f"reservation name {name!r} must be lowercase letters, digits and hyphens")
+            return Reservation(reservation=name)
+        if isinstance(value, str) and value.startswith("reservation"):
+            raise ValueError("a reservation needs its name: write `capacity: {reservation: NAME}`")
+        if value not in typing.get_args(CapacityKind):
+            raise ValueError(f"{value!r} is not a capacity; valid: {choices}")
+        return value
+
+    @model_validator(mode="after")
+    def _min_within_slices(self) -> SliceGroup:
+        if self.autoscaling and self.autoscaling.min_slices > self.slices:
+            raise ValueError(
+                f"autoscaling.min_slices ({self.autoscaling.min_slices}) must be between 0 and slices ({self.slices})"
+            )
+        return self
+
+    @cached_property
+    def shape(self) -> catalog.SliceShape:
+        return catalog.shape(self.generation, self.topology, self.chips_per_host)
+
+    @property
+    def min_slices(self) -> int:
+        return self.autoscaling.min_slices if self.autoscaling else self.slices
+
+    @property
+    def capacity_kind(self) -> str:
+        return "reservation" if isinstance(self.capacity, Reservation) else self.capacity
+
+
+class Network(_Strict):
+    subnet_cidr: IPv4Network = IPv4Network("10.10.0.0/20")
+    pods_cidr: IPv4Network = IPv4Network("10.16.0.0/14")
+    services_cidr: IPv4Network = IPv4Network("10.20.0.0/20")
+    master_cidr: IPv4Network = IPv4Network("172.16.0.32/28")
+    # Who may reach the control plane's public endpoint (kubectl, Cloud Build). Empty: nobody
+    # outside the VPC, which makes laptops go through a bastion or Connect Gateway.
+    master_authorized_networks: list[IPv4Network] = []
+
+    @field_validator("master_cidr")
+    @classmethod
+    def _master_is_28(cls, value: IPv4Network) -> IPv4Network:
+        if value.prefixlen != 28:
+            raise ValueError(f"GKE needs a /28 for the control plane, got /{value.prefixlen}")
+        return value
+
+    @model_validator(mode="after")
+    def _no_overlap(self) -> Network:
+        ranges = {
+            "subnet_cidr": self.subnet_cidr,
+            "pods_cidr": self.pods_cidr,
+            "services_cidr": self.services_cidr,
+            "master_cidr": self.master_cidr,
+        }
+        names = list(ranges)
+        for i, a in enumerate(names):
+            for b in names[i + 1 :]:
+                if ranges[a].overlaps(ranges[b]):
+                    raise ValueError(f"{a} {ranges[a]} overlaps {b} {ranges[b]}: each range must be disjoint")
+        return self
+
+
+class CpuPool(_Strict):
+    """The pool that runs the Ray head and system pods."""
+
+    machine_type: str = "e2-standard-8"
+    min_nodes: NonNegativeInt = 1
+    max_nodes: PositiveInt = 3
+    disk_size_gb: Annotated[int, Field(ge=20, le=65536)] = 100
+
+    @model_validator(mode="after")
+    def _min_le_max(self) -> CpuPool:
+        if self.min_nodes > self.max_nodes:
+            raise ValueError(f"min_nodes ({self.min_nodes}) must not exceed max_nodes ({self.max_nodes})")
+        return self
+
+
+class RayHead(_Strict):
+    cpu: Quantity = "4"
+    memory: Quantity = "16Gi"
+
+
+class RayConfig(_Strict):
+    version: Annotated[str, Field(pattern=r"^2\.\d+\.\d+$")] = "2.60.0"
+    # The worker image needs jax[tpu]; the default is Ray's own image, which jobs extend through
+    # their runtime env. Pin your own image for production.
+    image: Annotated[str, Field(min_length=1)] = "rayproject/ray:2.60.0-py311"
+    namespace: Name = "default"
+    kubernetes_service_account: Name = "ray"
+    head: RayHead = RayHead()
+
+    @model_validator(mode="after")
+    def _image_matches_version(self) -> RayConfig:
+        tag = self.image.rsplit(":", 1)[-1] if ":" in self.image.rsplit("/", 1)[-1] else ""
+        if self.image.startswith("rayproject/ray") and tag and not tag.startswith(self.version):
+            raise ValueError(f"image {self.image!r} does not match version {self.version}: use rayproject/ray:{self.version}-...")
+        return self
+
+
+class BucketConfig(_Strict):
+    """The GCS bucket for checkpoints and data. The name defaults to `<project>-<cluster>-ray`."""
+
+    name: Annotated[str, Field(pattern=_BUCKET)] | None = None
+    location: str | None = None  # defaults to the region
+    force_destroy: bool = False
+
+
+class Environment(_Strict):
+    name: Name
+    project: Annotated[str, Field(pattern=_PROJECT)]
+    region: Annotated[str, Field(pattern=r"^[a-z]+-[a-z]+[0-9]+$")]
+    zone: Annotated[str, Field(pattern=r"^[a-z]+-[a-z]+[0-9]+-[a-z]$")]
+    cluster_name: Name
+    mode: Literal["standard", "autopilot"] = "standard"
+    release_channel: Literal["RAPID", "REGULAR", "STABLE", "EXTENDED"] = "REGULAR"
+    deletion_protection: bool = True
+    network: Network = Network()
+    cpu_pool: CpuPool = CpuPool()
+    slice_groups: Annotated[list[SliceGroup], Field(min_length=1)]
+    ray: RayConfig = RayConfig()
+    bucket: BucketConfig = BucketConfig()
+    # A GCS bucket for Terraform state, shared by laptops and Cloud Build. None: local state.
+    state_bucket: Annotated[str, Field(pattern=_BUCKET)] | None = None
+    labels: dict[Annotated[str, Field(pattern=r"^[a-z][-_a-z0-9]{0,62}$")], Annotated[str, Field(pattern=r"^[-_a-z0-9]{0,63}$")]] = {}
+
+    @field_validator("zone")
+    @classmethod
+    def _zone_in_region(cls, value: str, info: ValidationInfo) -> str:
+        region = info.data.get("region")
+        if region and not value.startswith(region + "-"):
+            raise ValueError(f"zone {value!r} is not in region {region!r}: use {region}-a, {region}-b, ...")
+        return value
+
+    @field_validator("slice_groups")
+    @classmethod
+    def _unique_names(cls, groups: list[SliceGroup]) -> list[SliceGroup]:
+        names = [g.name for g in groups]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"slice group names must be unique; repeated: {', '.join(dupes)}")
+        return groups
+
+    @property
+    def stack_name(self) -> str:
+        return f"ray-tpu-{self.name}"
+
+    @property
+    def bucket_name(self) -> str:
+        return self.bucket.name or f"{self.project}-{self.cluster_name}-ray"
+
+    @property
+    def bucket_location(self) -> str:
+        return (self.bucket.location or self.region).upper()
+
+    @property
+    def location(self) -> str:
+        """Where the cluster lives: a zone for Standard (TPU pools are zonal), the region for Autopilot."""
+        return self.region if self.mode == "autopilot" else self.zone
+
+    @property
+    def ray_cluster_name(self) -> str:
+        return f"{self.cluster_name}-ray"
+
+    def slice_group(self, name: str) -> SliceGroup:
+        for group in self.slice_groups:
+            if group.name == name:
+                return group
+        raise ConfigError(f"environment {self.name!r}", [f"no slice group {name!r}; valid: {', '.join(g.name for g in self.slice_groups)}"])
+
+
+# --- loading --------------------------------------------------------------------------------------
+
+
+def environment_names() -> list[str]:
+    return sorted(p.stem for p in ENVIRONMENTS_DIR.glob("*.yaml"))
+
+
+def environment_path(env: str | Path) -> Path:
+    """An environment by name (`dev` -> infra/environments/dev.yaml) or by path."""
+    path = Path(env)
+    if path.suffix in (".yaml", ".yml"):
+        if not path.is_file():
+            raise ConfigError(str(path), ["file not found"])
+        return path
+    candidate = ENVIRONMENTS_DIR / f"{env}.yaml"
+    if not candidate.is_file():
+        raise ConfigError(
+            f"environment {str(env)!r}",
+            [f"unknown environment; valid environments: {', '.join(environment_names()) or '(none)'}, or a path to a .yaml file"],
+        )
+    return candidate
+
+
+def load_environment(env: str | Path) -> Environment:
+    path = environment_path(env)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(str(path), [f"not valid YAML{where}: {getattr(err, 'problem', err)}"]) from None
+    if not isinstance(data, dict):
+        raise ConfigError(str(path), ["expected a mapping of fields at the top level"])
+    data.setdefault("name", path.stem)
+    return parse_environment(data, source=str(path))
+
+
+def parse_environment(data: dict[str, Any], source: str = "config") -> Environment:
+    try:
+        return Environment.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(source, _problems(err)) from None
+
+
+def _problems(err: ValidationError) -> list[str]:
+    problems: list[str] = []
+    for e in err.errors():
+        loc = _dotted(e["loc"])
+        if e["type"] == "extra_forbidden":
+            valid = _valid_fields(e["loc"][:-1])
+            msg = f"unknown field; valid fields here: {', '.join(valid)}" if valid else "unknown field"
+        elif e["type"] == "missing":
+            msg = "required field is missing"
+        else:
+            msg = re.sub(r"^(Value error|Assertion failed), ", "", e["msg"])
+            if e["type"] == "string_pattern_mismatch":
+                msg = f"{e['input']!r} is not valid: {msg.lower()}"
+        problems.append(f"{loc}: {msg}" if loc else msg)
+    # A union (capacity) reports every branch; keep one line per field.
+    return list(dict.fromkeys(problems))
+
+
+def _dotted(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part in ("Reservation", "literal['on-demand','spot','flex-start','queued-provisioning']") or "[" in str(part):
+            continue  # pydantic's names for union branches, not fields
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def _valid_fields(loc: tuple[Any, ...]) -> list[str]:
+    """The field names of the model at `loc`, for "unknown field" messages."""
+    model: Any = Environment
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = model.model_fields.get(part) if isinstance(model, type) and issubclass(model, BaseModel) else None
+        if field is None:
+            if isinstance(model, type) and issubclass(model, BaseModel):
+                continue
+            return []
+        model = _model_in(field.annotation)
+        if model is None:
+            return []
+    if isinstance(model, type) and issubclass(model, BaseModel):
+        return [n for n in model.model_fields]
+    return []
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    origin = typing.get_origin(annotation)
+    if origin in (Union, types.UnionType, list, Annotated):
+        for arg in typing.get_args(annotation):
+            found = _model_in(arg)
+            if found:
+                return found
+    return None
