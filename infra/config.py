@@ -69,6 +69,7 @@ class Reservation(_Strict):
 # ProvisioningRequests (for Kueue users); `{reservation: NAME}`: a specific reservation.
 CapacityKind = Literal["on-demand", "spot", "flex-start", "queued-provisioning"]
 Capacity = Union[CapacityKind, Reservation]
+FLEX_CAPACITY = ("flex-start", "queued-provisioning")
 
 
 class Autoscaling(_Strict):
@@ -142,13 +143,28 @@ class SliceGroup(_Strict):
             )
         return self
 
+    @model_validator(mode="after")
+    def _on_demand_capacity_starts_at_zero(self) -> SliceGroup:
+        if self.capacity in FLEX_CAPACITY and self.autoscaling and self.autoscaling.min_slices:
+            raise ValueError(
+                f"capacity {self.capacity} provisions slices when pods ask for them: autoscaling.min_slices must be 0"
+            )
+        return self
+
     @cached_property
     def shape(self) -> catalog.SliceShape:
         return catalog.shape(self.generation, self.topology, self.chips_per_host)
 
     @property
+    def autoscaled(self) -> bool:
+        """Flex-start capacity always scales from zero, with or without an `autoscaling` block."""
+        return self.autoscaling is not None or self.capacity in FLEX_CAPACITY
+
+    @property
     def min_slices(self) -> int:
-        return self.autoscaling.min_slices if self.autoscaling else self.slices
+        if not self.autoscaled:
+            return self.slices
+        return self.autoscaling.min_slices if self.autoscaling else 0
 
     @property
     def capacity_kind(self) -> str:

@@ -1,0 +1,80 @@
+# ray-tpu-gke. `make help` lists the targets. Every target runs `make setup` first (idempotent),
+# so on a fresh machine `make demo` and `make test` are the only commands you need.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+CHECKOV := .venv-checkov/bin/checkov
+ENV ?= dev
+STACK = ray-tpu-$(ENV)
+CDKTF := npx --no-install cdktf
+
+# cdktf/jsii housekeeping: no Node end-of-life banner, no plugin cache in ~/.terraform.d, and no
+# dependence on whatever TF_CLI_CONFIG_FILE points at on this machine.
+export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
+export CDKTF_DISABLE_PLUGIN_CACHE_ENV := true
+export CHECKPOINT_DISABLE := 1
+unexport TF_CLI_CONFIG_FILE
+
+SETUP_STAMPS := $(VENV)/.installed .venv-checkov/.installed node_modules/.installed
+
+.PHONY: help setup demo test test-fast synth plan deploy destroy manifests show checkov bench clean
+
+help: ## list the targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+	@echo "  variables: ENV=$(ENV) (one of: $$(ls infra/environments | sed 's/.yaml//' | tr '\n' ' '))"
+
+setup: $(SETUP_STAMPS) ## create .venv, .venv-checkov and node_modules (idempotent)
+
+$(VENV)/.installed: pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[jobs,dev]'
+	touch $@
+
+.venv-checkov/.installed: requirements-checkov.txt
+	test -x .venv-checkov/bin/python || $(PYTHON) -m venv .venv-checkov
+	.venv-checkov/bin/pip install --quiet --disable-pip-version-check -r requirements-checkov.txt
+	touch $@
+
+node_modules/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+demo: setup ## bring up a simulated v6e 4x4 slice, run healthcheck + train through the Ray Jobs API, tear down
+	$(PY) -m jobs.demo
+
+test: setup ## run the whole test suite
+	$(PY) -m pytest
+
+test-fast: setup ## the tests that need no synth and no Ray cluster
+	$(PY) -m pytest -m "not synth" tests/infra
+
+synth: setup ## synthesize every environment's stack into cdktf.out/
+	$(CDKTF) synth
+
+plan: setup ## terraform plan for ENV (needs gcloud credentials)
+	$(CDKTF) diff $(STACK)
+
+deploy: setup ## cdktf deploy the ENV stack (needs gcloud credentials)
+	$(CDKTF) deploy $(STACK)
+
+destroy: setup ## cdktf destroy the ENV stack
+	$(CDKTF) destroy $(STACK)
+
+manifests: setup ## print the ENV RayCluster (pipe it to kubectl apply -f -)
+	@$(PY) -m infra manifests --env $(ENV)
+
+show: setup ## summarise what ENV declares
+	@$(PY) -m infra show --env $(ENV)
+
+checkov: synth ## checkov on every synthesized stack (justified skips: infra/checkov_skips.py)
+	$(PY) -m infra.checkov_scan cdktf.out $(CHECKOV)
+
+bench: setup ## benchmarks: synth cost vs the bare provider import, and the jobs' ratios
+	$(PY) bench/synth_bench.py
+	$(PY) bench/jobs_bench.py
+
+clean: ## remove build outputs (keeps the venvs)
+	rm -rf cdktf.out build .pytest_cache

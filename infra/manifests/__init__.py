@@ -1,0 +1,1 @@
+"""Kubernetes manifests derived from the environment config (no cdktf import: answers in ~1 s)."""

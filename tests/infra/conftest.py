@@ -1,0 +1,92 @@
+"""The test session's one cdktf synth: `npx cdktf synth` through the real CLI, every environment.
+
+Importing the provider bindings costs ~20 s and ~0.5 GB, so it happens once, in the CLI's child
+process; the tests read the synthesized `cdk.tf.json` files and use cdktf's own matchers on them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from infra.config import Environment, environment_names, load_environment
+
+REPO = Path(__file__).resolve().parents[2]
+SHARED = REPO.parent / "shared"
+
+
+def cdktf_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("TF_CLI_CONFIG_FILE", None)
+    env.update(
+        JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION="20",
+        CDKTF_DISABLE_PLUGIN_CACHE_ENV="true",
+        CHECKPOINT_DISABLE="1",
+        CI="1",
+    )
+    return env
+
+
+def run_cdktf_synth(outdir: Path, extra_env: dict[str, str] | None = None, timeout_s: float = 600) -> subprocess.CompletedProcess:
+    npx = shutil.which("npx")
+    if npx is None or not (REPO / "node_modules" / ".bin" / "cdktf").exists():
+        pytest.fail("the cdktf CLI is not installed: run `make setup` (npm ci)")
+    return subprocess.run(
+        [npx, "--no-install", "cdktf", "synth", "--output", str(outdir)],
+        cwd=REPO,
+        env={**cdktf_env(), **(extra_env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+
+
+@dataclass(frozen=True)
+class Synthesized:
+    env: Environment
+    text: str  # cdk.tf.json as written, for cdktf's Testing matchers
+    path: Path
+
+    @property
+    def json(self) -> dict:
+        return json.loads(self.text)
+
+    def resources(self, tf_type: str) -> dict[str, dict]:
+        return self.json.get("resource", {}).get(tf_type, {})
+
+    def one(self, tf_type: str) -> dict:
+        found = list(self.resources(tf_type).values())
+        assert len(found) == 1, f"expected one {tf_type}, found {len(found)}"
+        return found[0]
+
+
+@pytest.fixture(scope="session")
+def synth_outdir(tmp_path_factory) -> Path:
+    outdir = tmp_path_factory.mktemp("cdktf-out")
+    proc = run_cdktf_synth(outdir)
+    assert proc.returncode == 0, f"cdktf synth failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    return outdir
+
+
+@pytest.fixture(scope="session")
+def stacks(synth_outdir) -> dict[str, Synthesized]:
+    out = {}
+    for name in environment_names():
+        env = load_environment(name)
+        path = synth_outdir / "stacks" / env.stack_name / "cdk.tf.json"
+        out[name] = Synthesized(env, path.read_text(), path)
+    return out
+
+
+@pytest.fixture(scope="session")
+def crds() -> Path:
+    path = SHARED / "kuberay" / "crds"
+    if not path.is_dir():
+        pytest.skip("../shared/kuberay/crds is not here")
+    return path

@@ -1,0 +1,108 @@
+"""The RayCluster: derived from the config and the catalog, valid against the KubeRay CRDs
+strictly, and obeying the rule the Ray TPU webhook enforces."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from infra.catalog import topology_chips
+from infra.config import environment_names, load_environment
+from infra.manifests.raycluster import manifests, ray_cluster
+from tests.kuberay_schema import errors
+
+
+def worker_groups(env_name: str) -> list[dict]:
+    return ray_cluster(load_environment(env_name))["spec"]["workerGroupSpecs"]
+
+
+@pytest.mark.parametrize("env_name", environment_names())
+def test_raycluster_validates_strictly_against_crd(crds, env_name):
+    assert errors(crds, ray_cluster(load_environment(env_name))) == []
+
+
+def test_strict_validation_catches_unknown_and_mistyped_fields(crds):
+    manifest = ray_cluster(load_environment("dev"))
+    typo = copy.deepcopy(manifest)
+    typo["spec"]["workerGroupSpecs"][0]["numOfHost"] = 4
+    assert any("numOfHost" in e for e in errors(crds, typo))
+    wrong_type = copy.deepcopy(manifest)
+    wrong_type["spec"]["workerGroupSpecs"][0]["replicas"] = "one"
+    assert any("replicas" in e for e in errors(crds, wrong_type))
+
+
+@pytest.mark.parametrize("env_name", environment_names())
+def test_num_of_hosts_is_what_the_tpu_webhook_demands(env_name):
+    for group in worker_groups(env_name):
+        pod = group["template"]["spec"]
+        (container,) = pod["containers"]
+        tpu_per_pod = int(container["resources"]["limits"]["google.com/tpu"])
+        chips = topology_chips(pod["nodeSelector"]["cloud.google.com/gke-tpu-topology"])
+        assert group["numOfHosts"] == max(chips // tpu_per_pod, 1)
+        assert container["resources"]["requests"]["google.com/tpu"] == container["resources"]["limits"]["google.com/tpu"]
+
+
+def test_dev_worker_group_is_one_v6e_4x4_slice():
+    (group,) = worker_groups("dev")
+    assert (group["numOfHosts"], group["replicas"], group["minReplicas"], group["maxReplicas"]) == (4, 1, 0, 1)
+    pod = group["template"]["spec"]
+    assert pod["nodeSelector"] == {
+        "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
+        "cloud.google.com/gke-tpu-topology": "4x4",
+    }
+    (container,) = pod["containers"]
+    assert container["resources"]["limits"]["google.com/tpu"] == "4"
+    assert {"containerPort": 8081, "name": "mxla"} in container["ports"]
+    assert pod["serviceAccountName"] == "ray"
+
+
+def test_prod_groups_carry_slices_and_capacity():
+    groups = {g["groupName"]: g for g in worker_groups("prod")}
+    multislice = groups["v6e-multislice"]
+    assert (multislice["replicas"], multislice["numOfHosts"]) == (2, 4)
+    assert multislice["template"]["spec"]["nodeSelector"]["cloud.google.com/gke-spot"] == "true"
+    ironwood = groups["ironwood"]["template"]["spec"]["nodeSelector"]
+    assert ironwood["cloud.google.com/gke-tpu-accelerator"] == "tpu7x"
+    assert ironwood["cloud.google.com/reservation-name"] == "ironwood-res"
+    v5e = groups["v5e-serving"]
+    assert v5e["numOfHosts"] == 1 and v5e["template"]["spec"]["containers"][0]["resources"]["limits"]["google.com/tpu"] == "8"
+
+
+def test_head_runs_on_cpu_pool_non_root_and_dashboard_stays_inside():
+    head = ray_cluster(load_environment("dev"))["spec"]["headGroupSpec"]
+    pod = head["template"]["spec"]
+    assert pod["nodeSelector"] == {"cloud.google.com/gke-nodepool": "cpu"}
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert head["serviceType"] == "ClusterIP"
+    assert head["rayStartParams"]["num-cpus"] == "0"
+
+
+def test_autopilot_head_has_no_pool_selector():
+    head = ray_cluster(load_environment("autopilot"))["spec"]["headGroupSpec"]
+    assert "nodeSelector" not in head["template"]["spec"]
+
+
+def test_service_account_is_bound_for_workload_identity():
+    docs = manifests(load_environment("dev"))
+    sa = next(d for d in docs if d["kind"] == "ServiceAccount")
+    assert sa["metadata"]["annotations"]["iam.gke.io/gcp-service-account"] == "ray-tpu-dev-ray@my-gcp-project.iam.gserviceaccount.com"
+    assert docs[-1]["kind"] == "RayCluster"
+
+
+def test_manifests_cli_prints_applyable_yaml(crds):
+    proc = subprocess.run([sys.executable, "-m", "infra", "manifests", "--env", "dev"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    docs = list(yaml.safe_load_all(proc.stdout))
+    assert [d["kind"] for d in docs] == ["ServiceAccount", "RayCluster"]
+    assert errors(crds, docs[-1]) == []
+    assert "&id" not in proc.stdout  # no YAML anchors
+
+
+def test_manifests_cli_needs_no_cdktf():
+    code = "import sys, infra.__main__ as m; m.main(['manifests']); assert not any(k.startswith(('cdktf', 'jsii')) for k in sys.modules)"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
