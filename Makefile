@@ -20,7 +20,8 @@ unexport TF_CLI_CONFIG_FILE
 
 SETUP_STAMPS := $(VENV)/.installed .venv-checkov/.installed node_modules/.installed
 
-.PHONY: help setup demo test test-fast synth plan deploy destroy manifests show checkov bench clean
+.PHONY: help setup demo test test-fast synth plan deploy deploy-ci destroy manifests show checkov bench clean \
+	credentials apply-manifests submit smoke doctor
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -60,16 +61,38 @@ plan: setup ## terraform plan for ENV (needs gcloud credentials)
 deploy: setup ## cdktf deploy the ENV stack (needs gcloud credentials)
 	$(CDKTF) deploy $(STACK)
 
+deploy-ci: setup ## non-interactive deploy (Cloud Build); refuses local state
+	@$(PY) -c "from infra.config import load_environment as l; import sys; sys.exit(0 if l('$(ENV)').state_bucket else 'error: $(ENV) has no state_bucket: CI must share state with laptops (set state_bucket in infra/environments/$(ENV).yaml)')"
+	$(CDKTF) deploy $(STACK) --auto-approve
+
 destroy: setup ## cdktf destroy the ENV stack
 	$(CDKTF) destroy $(STACK)
 
 manifests: setup ## print the ENV RayCluster (pipe it to kubectl apply -f -)
 	@$(PY) -m infra manifests --env $(ENV)
 
+credentials: setup ## kubectl credentials for the ENV cluster (gcloud get-credentials)
+	@$(PY) -m jobs.submit --env $(ENV) --print-credentials-command | bash
+
+apply-manifests: credentials ## kubectl apply the ENV ServiceAccount + RayCluster
+	$(PY) -m infra manifests --env $(ENV) | kubectl apply -f -
+
+JOB ?= healthcheck
+ARGS ?=
+SMOKE_TIMEOUT ?= 1800
+submit: setup ## submit JOB (healthcheck, train) to ENV's RayCluster, or RAY_ADDRESS; ARGS="..." go to the job
+	$(PY) -m jobs.submit $(JOB) --env $(ENV) -- $(ARGS)
+
+smoke: setup ## healthcheck on the deployed ENV cluster: fails unless the slice is whole
+	$(PY) -m jobs.submit healthcheck --env $(ENV) --timeout $(SMOKE_TIMEOUT)
+
+doctor: setup ## compare the live ENV cluster and node pools with the config
+	$(PY) -m infra.doctor --env $(ENV)
+
 show: setup ## summarise what ENV declares
 	@$(PY) -m infra show --env $(ENV)
 
-checkov: synth ## checkov on every synthesized stack (justified skips: infra/checkov_skips.py)
+checkov: synth ## checkov on every synthesized stack (justified skips: infra/checkov_scan.py)
 	$(PY) -m infra.checkov_scan cdktf.out $(CHECKOV)
 
 bench: setup ## benchmarks: synth cost vs the bare provider import, and the jobs' ratios

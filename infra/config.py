@@ -231,6 +231,10 @@ class RayConfig(_Strict):
     namespace: Name = "default"
     kubernetes_service_account: Name = "ray"
     head: RayHead = RayHead()
+    # The runtime env every submitted job gets (`make submit`), e.g. the jax[tpu] wheels the image
+    # lacks. Keys: pip (list of requirements), env_vars (mapping).
+    job_pip: list[Annotated[str, Field(min_length=1)]] = []
+    job_env_vars: dict[Annotated[str, Field(pattern=r"^[A-Z_][A-Z0-9_]*$")], str] = {}
 
     @model_validator(mode="after")
     def _image_matches_version(self) -> RayConfig:
