@@ -52,8 +52,9 @@ test: setup ## run the whole test suite
 test-fast: setup ## the tests that need no synth and no Ray cluster
 	$(PY) -m pytest -m "not synth" tests/infra
 
-synth: setup ## synthesize every environment's stack into cdktf.out/
-	$(CDKTF) synth
+CDKTF_OUT ?= cdktf.out
+synth: setup ## synthesize every environment's stack into cdktf.out/ (CDKTF_OUT=dir to move it)
+	$(CDKTF) synth --output $(CDKTF_OUT)
 
 plan: setup ## terraform plan for ENV (needs gcloud credentials)
 	$(CDKTF) diff $(STACK)
@@ -93,7 +94,7 @@ show: setup ## summarise what ENV declares
 	@$(PY) -m infra show --env $(ENV)
 
 checkov: synth ## checkov on every synthesized stack (justified skips: infra/checkov_scan.py)
-	$(PY) -m infra.checkov_scan cdktf.out $(CHECKOV)
+	$(PY) -m infra.checkov_scan $(CDKTF_OUT) $(CHECKOV)
 
 bench: setup ## benchmarks: synth cost vs the bare provider import, and the jobs' ratios
 	$(PY) bench/synth_bench.py

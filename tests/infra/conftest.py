@@ -1,4 +1,4 @@
-"""The test session's one cdktf synth: `npx cdktf synth` through the real CLI, every environment.
+"""The test session's one cdktf synth: `make synth` (the real cdktf CLI), every environment.
 
 Importing the provider bindings costs ~20 s and ~0.5 GB, so it happens once, in the CLI's child
 process; the tests read the synthesized `cdk.tf.json` files and use cdktf's own matchers on them.
@@ -34,11 +34,11 @@ def cdktf_env() -> dict[str, str]:
 
 
 def run_cdktf_synth(outdir: Path, extra_env: dict[str, str] | None = None, timeout_s: float = 600) -> subprocess.CompletedProcess:
-    npx = shutil.which("npx")
-    if npx is None or not (REPO / "node_modules" / ".bin" / "cdktf").exists():
+    """`make synth`, exactly as the Cloud Build synth stage runs it, into `outdir`."""
+    if shutil.which("npx") is None or not (REPO / "node_modules" / ".bin" / "cdktf").exists():
         pytest.fail("the cdktf CLI is not installed: run `make setup` (npm ci)")
     return subprocess.run(
-        [npx, "--no-install", "cdktf", "synth", "--output", str(outdir)],
+        ["make", "--no-print-directory", "synth", f"CDKTF_OUT={outdir}"],
         cwd=REPO,
         env={**cdktf_env(), **(extra_env or {})},
         capture_output=True,
