@@ -252,6 +252,32 @@ class BucketConfig(_Strict):
     force_destroy: bool = False
 
 
+class Serving(_Strict):
+    """An LLM served with Ray Serve LLM (vLLM) on one slice group, as a KubeRay RayService."""
+
+    # A `gs://` path in the environment's bucket (mounted with GCS FUSE) or a Hugging Face model id.
+    model: Annotated[str, Field(min_length=1)]
+    slice_group: Name
+    max_model_len: Annotated[int, Field(ge=16, le=1_048_576)] = 2048
+    replicas: PositiveInt = 1
+    # The name of a Kubernetes Secret holding HF_TOKEN (a reference only: no token in our files).
+    hf_token_secret: Name | None = None
+
+    @field_validator("model")
+    @classmethod
+    def _model_reference(cls, value: str) -> str:
+        if value.startswith("gs://"):
+            if not re.match(r"^gs://[a-z0-9][-_.a-z0-9]{1,61}[a-z0-9](/[^\s]+)+$", value):
+                raise ValueError(f"{value!r} is not a gs://BUCKET/PATH to a model directory")
+        elif not re.match(r"^[A-Za-z0-9][-_.A-Za-z0-9]*/[-_.A-Za-z0-9]+$", value):
+            raise ValueError(f"{value!r} is neither a gs://BUCKET/PATH nor a Hugging Face id like org/name")
+        return value
+
+    @property
+    def model_bucket(self) -> str | None:
+        return self.model[5:].split("/", 1)[0] if self.model.startswith("gs://") else None
+
+
 class Environment(_Strict):
     name: Name
     project: Annotated[str, Field(pattern=_PROJECT)]
@@ -268,6 +294,7 @@ class Environment(_Strict):
     bucket: BucketConfig = BucketConfig()
     # A GCS bucket for Terraform state, shared by laptops and Cloud Build. None: local state.
     state_bucket: Annotated[str, Field(pattern=_BUCKET)] | None = None
+    serving: Serving | None = None
     labels: dict[Annotated[str, Field(pattern=r"^[a-z][-_a-z0-9]{0,62}$")], Annotated[str, Field(pattern=r"^[-_a-z0-9]{0,63}$")]] = {}
 
     @field_validator("zone")
@@ -286,6 +313,18 @@ class Environment(_Strict):
         if dupes:
             raise ValueError(f"slice group names must be unique; repeated: {', '.join(dupes)}")
         return groups
+
+    @model_validator(mode="after")
+    def _serving_fits(self) -> Environment:
+        if self.serving is None:
+            return self
+        names = [g.name for g in self.slice_groups]
+        if self.serving.slice_group not in names:
+            raise ValueError(f"serving.slice_group {self.serving.slice_group!r} is not a slice group; valid: {', '.join(names)}")
+        bucket = self.serving.model_bucket
+        if bucket and bucket != self.bucket_name:
+            raise ValueError(f"serving.model {self.serving.model!r} must be in the environment's bucket gs://{self.bucket_name}/")
+        return self
 
     @property
     def stack_name(self) -> str:
