@@ -39,6 +39,13 @@ _PROJECT = r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$"
 _BUCKET = r"^[a-z0-9][-_.a-z0-9]{1,61}[a-z0-9]$"
 _QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?$"
 
+_PATTERN_HELP = {
+    _NAME: "lowercase letters, digits and hyphens, starting with a letter",
+    _PROJECT: "a GCP project id (6-30 lowercase letters, digits and hyphens)",
+    _BUCKET: "a GCS bucket name (3-63 lowercase letters, digits, '-', '_' and '.')",
+    _QUANTITY: "a Kubernetes quantity such as 24, 500m, 200G or 16Gi",
+}
+
 Name = Annotated[str, Field(pattern=_NAME, max_length=30)]
 Quantity = Annotated[str, Field(pattern=_QUANTITY)]
 
@@ -410,7 +417,8 @@ def _problems(err: ValidationError) -> list[str]:
         else:
             msg = re.sub(r"^(Value error|Assertion failed), ", "", e["msg"])
             if e["type"] == "string_pattern_mismatch":
-                msg = f"{e['input']!r} is not valid: {msg.lower()}"
+                pattern = e.get("ctx", {}).get("pattern", "")
+                msg = f"{e['input']!r} is not valid: expected {_PATTERN_HELP.get(pattern, f'text matching {pattern}')}"
         problems.append(f"{loc}: {msg}" if loc else msg)
     # A union (capacity) reports every branch; keep one line per field.
     return list(dict.fromkeys(problems))
@@ -419,12 +427,7 @@ def _problems(err: ValidationError) -> list[str]:
 def _dotted(loc: tuple[Any, ...]) -> str:
     out = ""
     for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif part in ("Reservation", "literal['on-demand','spot','flex-start','queued-provisioning']") or "[" in str(part):
-            continue  # pydantic's names for union branches, not fields
-        else:
-            out += f".{part}" if out else str(part)
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out
 
 

@@ -62,7 +62,7 @@ def test_every_shipped_environment_loads(name):
         (dict(group={"capacity": {"reservation": ""}}), "slice_groups[0].capacity", "{reservation: NAME}"),
         (dict(group={"capacity": "cheap"}), "slice_groups[0].capacity", "valid: on-demand, spot, flex-start"),
         (dict(group={"capacity": "flex-start", "autoscaling": {"min_slices": 1}}), "slice_groups[0]", "min_slices must be 0"),
-        (dict(group={"name": "Bad_Name"}), "slice_groups[0].name", "should match pattern"),
+        (dict(group={"name": "Bad_Name"}), "slice_groups[0].name", "expected lowercase letters, digits and hyphens"),
         (dict(group={"topolgy": "4x4"}), "slice_groups[0].topolgy", "unknown field; valid fields here: name, generation, topology"),
         (dict(slice_groups=[]), "slice_groups", "at least 1 item"),
         (dict(mode="serverless"), "mode", "'standard' or 'autopilot'"),
