@@ -1,0 +1,59 @@
+"""jobs.submit without a cluster: what it would submit, and its errors (missing tools, nothing
+listening, bad arguments) as one line and an exit code, never a traceback."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from infra.config import load_environment
+from jobs.submit import EXCLUDES, REPO, credentials_command, runtime_env, shape_args
+
+
+def run(*args: str, path: str | None = None) -> subprocess.CompletedProcess:
+    env = {"PATH": path} if path is not None else None
+    return subprocess.run([sys.executable, "-m", "jobs.submit", *args], cwd=REPO, capture_output=True, text=True, timeout=120, env=env)
+
+
+def test_job_gets_the_config_shape_and_runtime_env():
+    env = load_environment("dev")
+    assert shape_args(env) == ["--env", "dev", "--generation", "v6e", "--topology", "4x4", "--slices", "1"]
+    rt = runtime_env(env, {"EXTRA": "1"})
+    assert rt["working_dir"] == str(REPO) and ".venv" in rt["excludes"] and rt["excludes"] == EXCLUDES
+    assert rt["pip"] == env.ray.job_pip and rt["env_vars"] == {"EXTRA": "1"}
+    assert credentials_command(env) == [
+        "gcloud", "container", "clusters", "get-credentials", "ray-tpu-dev", "--location", "us-east5-b", "--project", "my-gcp-project",
+    ]
+
+
+def test_missing_gcloud_or_kubectl_is_one_line(tmp_path):
+    proc = run("healthcheck", path=str(tmp_path))  # an empty PATH: neither tool exists
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]
+    assert "gcloud is not on PATH" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_unreachable_address_is_one_line():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again when the block ends: nothing listens there
+    proc = run("healthcheck", "--address", f"http://127.0.0.1:{port}")
+    assert proc.returncode == 2
+    assert f"no Ray dashboard answers at http://127.0.0.1:{port}" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_bad_arguments():
+    unknown = run("bogus")
+    assert unknown.returncode == 2 and "valid: healthcheck, train" in unknown.stderr
+    negative = run("healthcheck", "--timeout", "-5")
+    assert negative.returncode == 2 and "--timeout must be a positive number" in negative.stderr
+    bad_env = run("healthcheck", "--env", "nope")
+    assert bad_env.returncode == 2 and "valid environments" in bad_env.stderr
+
+
+def test_print_credentials_command():
+    proc = run("--print-credentials-command", "--env", "prod")
+    assert proc.returncode == 0
+    assert proc.stdout.strip() == "gcloud container clusters get-credentials ray-tpu-prod --location us-central1-c --project my-gcp-project"
