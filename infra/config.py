@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal, Union
 import yaml
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     NonNegativeInt,
@@ -47,6 +48,16 @@ _PATTERN_HELP = {
 }
 
 Name = Annotated[str, Field(pattern=_NAME, max_length=30)]
+
+
+def _cidr_text(value: Any) -> Any:
+    # ipaddress would take an int (or a bool) as an address: a CIDR must be written as one.
+    if not isinstance(value, (str, IPv4Network)):
+        raise ValueError(f"{value!r} is not a CIDR range; write it like 10.10.0.0/20")
+    return value
+
+
+Cidr = Annotated[IPv4Network, BeforeValidator(_cidr_text)]
 Quantity = Annotated[str, Field(pattern=_QUANTITY)]
 
 
@@ -179,13 +190,13 @@ class SliceGroup(_Strict):
 
 
 class Network(_Strict):
-    subnet_cidr: IPv4Network = IPv4Network("10.10.0.0/20")
-    pods_cidr: IPv4Network = IPv4Network("10.16.0.0/14")
-    services_cidr: IPv4Network = IPv4Network("10.20.0.0/20")
-    master_cidr: IPv4Network = IPv4Network("172.16.0.32/28")
+    subnet_cidr: Cidr = IPv4Network("10.10.0.0/20")
+    pods_cidr: Cidr = IPv4Network("10.16.0.0/14")
+    services_cidr: Cidr = IPv4Network("10.20.0.0/20")
+    master_cidr: Cidr = IPv4Network("172.16.0.32/28")
     # Who may reach the control plane's public endpoint (kubectl, Cloud Build). Empty: nobody
     # outside the VPC, which makes laptops go through a bastion or Connect Gateway.
-    master_authorized_networks: list[IPv4Network] = []
+    master_authorized_networks: list[Cidr] = []
 
     @field_validator("master_cidr")
     @classmethod
@@ -419,7 +430,8 @@ def _problems(err: ValidationError) -> list[str]:
             if e["type"] == "string_pattern_mismatch":
                 pattern = e.get("ctx", {}).get("pattern", "")
                 msg = f"{e['input']!r} is not valid: expected {_PATTERN_HELP.get(pattern, f'text matching {pattern}')}"
-        problems.append(f"{loc}: {msg}" if loc else msg)
+        line = f"{loc}: {msg}" if loc else msg
+        problems.append(line.replace("\r", "\\r").replace("\n", "\\n"))  # one line per problem
     # A union (capacity) reports every branch; keep one line per field.
     return list(dict.fromkeys(problems))
 
@@ -427,7 +439,12 @@ def _problems(err: ValidationError) -> list[str]:
 def _dotted(loc: tuple[Any, ...]) -> str:
     out = ""
     for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif not re.fullmatch(r"[A-Za-z0-9_-]+", str(part)):
+            out += f"[{str(part)!r}]"  # a key with spaces or control characters, shown as typed
+        else:
+            out += f".{part}" if out else str(part)
     return out
 
 
