@@ -106,3 +106,14 @@ def test_manifests_cli_needs_no_cdktf():
     code = "import sys, infra.__main__ as m; m.main(['manifests']); assert not any(k.startswith(('cdktf', 'jsii')) for k in sys.modules)"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("env_name", environment_names())
+def test_no_secrets_and_no_public_dashboard(env_name):
+    docs = manifests(load_environment(env_name))
+    assert all(d["kind"] not in ("Secret", "Ingress", "Service") for d in docs)
+    head = docs[-1]["spec"]["headGroupSpec"]
+    assert head["serviceType"] == "ClusterIP"
+    text = yaml.safe_dump_all(docs)
+    for marker in ("private_key", "BEGIN PRIVATE", "token:", "password"):
+        assert marker not in text

@@ -177,3 +177,12 @@ def test_autopilot_has_no_node_pools_but_the_ray_operator(stacks):
     })
     assert auto.resources("google_container_node_pool") == {}
     assert "remove_default_node_pool" not in auto.one("google_container_cluster")
+
+
+def test_no_keys_or_credentials_in_any_stack(stacks):
+    for name, stack in stacks.items():
+        assert not stack.resources("google_service_account_key"), name
+        for marker in ("private_key", "BEGIN PRIVATE", "client_secret", "access_token"):
+            assert marker not in stack.text, f"{marker} in {name}"
+        provider = stack.json["provider"]["google"][0]
+        assert "credentials" not in provider and "access_token" not in provider  # ADC only
