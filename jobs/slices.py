@@ -40,6 +40,12 @@ POD_TYPE_LABEL = "ray.io/tpu-pod-type"
 
 # How long releasing may wait for the GCS to confirm the placement groups are gone.
 RELEASE_WAIT_S = 10.0
+# ...and for the chips to show free again (another job may take them first: then we stop waiting).
+RESOURCES_BACK_WAIT_S = 2.0
+# How often to look for whole idle slices while waiting, and how long one claim may take before
+# we assume another job won the race for that head.
+CLAIM_POLL_S = 0.5
+CLAIM_ATTEMPT_S = 10.0
 
 
 # --- what the cluster has ----------------------------------------------------------------------
@@ -58,6 +64,7 @@ class SliceInventory:
     name: str
     worker_ids: tuple[int, ...]  # sorted, duplicates kept (two hosts claiming one id is a fault)
     hosts: int  # how many the shape needs
+    busy_worker_ids: tuple[int, ...] = ()  # hosts with TPUs in use
 
     @property
     def missing(self) -> tuple[int, ...]:
@@ -78,31 +85,64 @@ class SliceInventory:
     def complete(self) -> bool:
         return not self.missing and not self.unexpected
 
+    @property
+    def idle(self) -> bool:
+        return self.complete and not self.busy_worker_ids
+
     def describe(self) -> str:
         ids = ",".join(map(str, self.worker_ids)) or "none"
-        text = f"slice {self.name} has hosts {ids} of {self.hosts}"
         notes = []
         if self.missing:
             notes.append(f"missing worker id {','.join(map(str, self.missing))}")
         if self.unexpected:
             notes.append(f"unexpected worker id {','.join(map(str, self.unexpected))}")
-        return text + (f" ({'; '.join(notes)})" if notes else " (complete)")
+        if not notes:
+            notes.append("complete")
+        if self.busy_worker_ids:
+            notes.append(f"TPUs in use on worker id {','.join(map(str, self.busy_worker_ids))}")
+        elif not self.missing and not self.unexpected:
+            notes[-1] += ", idle"
+        return f"slice {self.name} has hosts {ids} of {self.hosts} ({'; '.join(notes)})"
 
 
-def slice_inventory(nodes: Sequence[Mapping[str, Any]], shape: catalog.SliceShape) -> tuple[SliceInventory, ...]:
-    """Group the alive nodes of `shape`'s pod type by slice name (pure: takes `ray.nodes()`)."""
-    by_slice: dict[str, list[int]] = {}
+def slice_inventory(
+    nodes: Sequence[Mapping[str, Any]],
+    shape: catalog.SliceShape,
+    available: Mapping[str, Mapping[str, float]] | None = None,
+) -> tuple[SliceInventory, ...]:
+    """Group the alive nodes of `shape`'s pod type by slice name (pure: takes `ray.nodes()` and,
+    to tell busy hosts, the available resources per node id).
+
+    A node's available resources omit a resource that is down to zero, so a host whose TPUs are
+    all in use has no "TPU" entry: that counts as busy. (Ray's `get_num_ready_tpu_slices` reads the
+    missing entry as all free, and so counts a fully used slice as idle.)
+    """
+    by_slice: dict[str, list[tuple[int, bool]]] = {}
     for node in nodes:
         labels = node.get("Labels") or {}
         if not node.get("Alive") or labels.get(POD_TYPE_LABEL) != shape.pod_type:
             continue
-        name = labels.get(SLICE_NAME_LABEL) or f"node {node.get('NodeID', '?')[:12]}"
+        name = labels.get(SLICE_NAME_LABEL) or f"node {str(node.get('NodeID', '?'))[:12]}"
         try:
             wid = int(labels.get(WORKER_ID_LABEL, ""))
         except ValueError:
             wid = -1  # reported as unexpected
-        by_slice.setdefault(name, []).append(wid)
-    return tuple(SliceInventory(name, tuple(sorted(ids)), shape.hosts) for name, ids in sorted(by_slice.items()))
+        free = (available or {}).get(node.get("NodeID", ""))
+        totals = node.get("Resources") or {}
+        # Busy: chips in use, or (worker 0) the slice's head claimed by another reservation.
+        busy = free is not None and any(
+            free.get(resource, 0) < amount for resource, amount in totals.items() if resource == "TPU" or resource.endswith("-head")
+        )
+        by_slice.setdefault(name, []).append((wid, busy))
+    return tuple(
+        SliceInventory(
+            name,
+            tuple(sorted(w for w, _ in hosts)),
+            shape.hosts,
+            tuple(sorted(w for w, busy in hosts if busy)),
+        )
+        for name, hosts in sorted(by_slice.items())
+    )
 
 
 def other_tpu_pod_types(nodes: Sequence[Mapping[str, Any]], shape: catalog.SliceShape) -> dict[str, int]:
@@ -120,19 +160,19 @@ def describe_unavailable(
     slices: int,
     waited_s: float,
     stage: str,
-    idle_slices: int | None,
     inventory: Sequence[SliceInventory],
     others: Mapping[str, int],
+    ray_ready_slices: int | None = None,
 ) -> str:
-    """The bounded-wait error: what was asked, how far we got, and what the cluster has."""
+    """The bounded-wait error: what was asked, how far we got, and what the cluster has (pure)."""
     complete = sum(1 for s in inventory if s.complete)
-    idle = "unknown" if idle_slices is None else str(idle_slices)
+    idle = sum(1 for s in inventory if s.idle)
+    ray_says = "" if ray_ready_slices is None else f" (ray.util.tpu.get_num_ready_tpu_slices: {ray_ready_slices})"
     lines = [
         f"could not reserve {slices} x {shape.generation.name} {shape.topology} slice(s) "
         f"(pod type {shape.pod_type}: {shape.chips} chips on {shape.hosts} x {shape.machine_type} each) "
         f"within {waited_s:.0f}s (--reserve-timeout): {stage}.",
-        f"The cluster has {complete} complete {shape.pod_type} slice(s), {idle} of them idle "
-        f"(ray.util.tpu.get_num_ready_tpu_slices):",
+        f"The cluster has {complete} complete {shape.pod_type} slice(s), {idle} idle{ray_says}:",
     ]
     lines += [f"  {s.describe()}" for s in inventory] or [f"  no alive host is labelled {POD_TYPE_LABEL}={shape.pod_type}"]
     if others:
@@ -142,43 +182,55 @@ def describe_unavailable(
             "A slice with missing hosts is either still scaling up (GKE creates a slice's nodes together, "
             "then each Ray worker registers) or has lost a host; a longer --reserve-timeout helps the first."
         )
+    elif complete and not idle:
+        lines.append("Every complete slice is in use by another job; wait for it or raise --reserve-timeout.")
     return "\n".join(lines)
 
 
 class SliceUnavailableError(TimeoutError):
     """The slices did not become free in time. The message names what is missing."""
 
-    def __init__(self, message: str, inventory: tuple[SliceInventory, ...], idle_slices: int | None):
+    def __init__(self, message: str, inventory: tuple[SliceInventory, ...]):
         super().__init__(message)
         self.inventory = inventory
-        self.idle_slices = idle_slices
 
     @property
     def missing(self) -> dict[str, tuple[int, ...]]:
         return {s.name: s.missing for s in self.inventory if s.missing}
 
 
-def _unavailable(shape: catalog.SliceShape, slices: int, waited_s: float, stage: str) -> SliceUnavailableError:
+def cluster_inventory(shape: catalog.SliceShape) -> tuple[tuple[SliceInventory, ...], dict[str, int]]:
+    """The live inventory of `shape`'s slices, and the other TPU pod types present."""
     import ray
-    from ray.util.tpu import get_num_ready_tpu_slices
 
     nodes = ray.nodes()
     try:
-        idle: int | None = get_num_ready_tpu_slices(shape.topology, shape.generation.ray_accelerator_type)
+        # Per-node availability has no public API; Ray's own TPU helpers read it the same way.
+        from ray._private.state import available_resources_per_node
+
+        available = available_resources_per_node()
+    except Exception:  # unknown availability: every complete slice counts as idle
+        available = None
+    return slice_inventory(nodes, shape, available), other_tpu_pod_types(nodes, shape)
+
+
+def _unavailable(shape: catalog.SliceShape, slices: int, waited_s: float, stage: str) -> SliceUnavailableError:
+    from ray.util.tpu import get_num_ready_tpu_slices
+
+    inventory, others = cluster_inventory(shape)
+    try:
+        ray_ready: int | None = get_num_ready_tpu_slices(shape.topology, shape.generation.ray_accelerator_type)
     except Exception:  # diagnostics must not hide the real error
-        idle = None
-    inventory = slice_inventory(nodes, shape)
-    message = describe_unavailable(shape, slices, waited_s, stage, idle, inventory, other_tpu_pod_types(nodes, shape))
-    return SliceUnavailableError(message, inventory, idle)
+        ray_ready = None
+    message = describe_unavailable(shape, slices, waited_s, stage, inventory, others, ray_ready)
+    return SliceUnavailableError(message, inventory)
 
 
 def wait_for_slices(shape: catalog.SliceShape, slices: int, timeout_s: float, poll_s: float = 1.0) -> None:
     """Wait (bounded) until `slices` whole idle slices exist, for code that reserves through someone
     else (Ray Train). Raises `SliceUnavailableError` with the inventory on timeout."""
-    from ray.util.tpu import get_num_ready_tpu_slices
-
     start = time.monotonic()
-    while get_num_ready_tpu_slices(shape.topology, shape.generation.ray_accelerator_type) < slices:
+    while sum(1 for s in cluster_inventory(shape)[0] if s.idle) < slices:
         if time.monotonic() - start >= timeout_s:
             raise _unavailable(shape, slices, time.monotonic() - start, f"fewer than {slices} whole idle slice(s)")
         time.sleep(min(poll_s, max(0.0, timeout_s - (time.monotonic() - start))))
@@ -281,9 +333,11 @@ def _slice_name_of(pg, nodes_by_id: Mapping[str, Mapping[str, Any]]) -> str:
     return labels.get(SLICE_NAME_LABEL) or node_id
 
 
-def _release(groups: Sequence[Any], handle: Any) -> None:
-    """Remove every placement group we created and wait (bounded) until the GCS says they are gone,
-    so the next reservation, or a check of `placement_group_table()`, sees a clean cluster."""
+def _release(groups: Sequence[Any], handle: Any, held: Mapping[str, float] | None = None) -> None:
+    """Remove every placement group we created and wait (bounded) until the GCS says they are gone
+    and the `held` hosts (node id -> TPUs) have their chips back, so the next reservation, or a
+    check of `placement_group_table()`, sees a clean cluster. (A placement group created before the
+    chips are back waits for Ray's rescheduling backoff: about a second instead of 10 ms.)"""
     from ray.util import placement_group_table, remove_placement_group
 
     if handle is not None:
@@ -303,7 +357,18 @@ def _release(groups: Sequence[Any], handle: Any) -> None:
             return
         ids = {i for i in ids if table.get(i, {}).get("state", "REMOVED") != "REMOVED"}
         if ids:
-            time.sleep(0.05)
+            time.sleep(0.02)
+    deadline = time.monotonic() + RESOURCES_BACK_WAIT_S
+    while held and time.monotonic() < deadline:
+        try:
+            from ray._private.state import available_resources_per_node  # no public per-node view
+
+            free = available_resources_per_node()
+        except Exception:
+            return
+        held = {n: tpus for n, tpus in held.items() if n in free and free[n].get("TPU", 0) < tpus}
+        if held:
+            time.sleep(0.02)
 
 
 @contextlib.contextmanager
@@ -326,21 +391,16 @@ def reserve_slices(
     tag = f"{name}-{uuid.uuid4().hex[:8]}"
     heads: list[Any] = []  # appended as soon as created, so every exit path releases them
     handle = None
+    held: dict[str, float] = {}
     try:
         try:
-            nodes_by_id = {n["NodeID"]: n for n in ray.nodes()}
-            selectors = None
-            slice_names: list[str] = []
-            if shape.multi_host:
-                head = {f"TPU-{shape.pod_type}-head": 1}
-                where = {WORKER_ID_LABEL: "0", POD_TYPE_LABEL: shape.pod_type}
-                for i in range(slices):
-                    heads.append(placement_group([head], bundle_label_selector=[where], name=f"{tag}-head-{i}"))
-                free = sum(_wait_ready(pg, deadline) for pg in heads)
-                if free < slices:
-                    raise TimeoutError(f"{free} of {slices} slice head(s) became free (worker 0, TPU-{shape.pod_type}-head)")
-                slice_names = [_slice_name_of(pg, nodes_by_id) for pg in heads]
-                selectors = [{SLICE_NAME_LABEL: n} for n in slice_names for _ in range(shape.hosts)]
+            slice_names = _claim_heads(shape, slices, deadline, tag, heads) if shape.multi_host else []
+            # The pod type keeps single-host bundles off other shapes with as many chips per host.
+            selectors = (
+                [{SLICE_NAME_LABEL: n, POD_TYPE_LABEL: shape.pod_type} for n in slice_names for _ in range(shape.hosts)]
+                if slice_names
+                else [{POD_TYPE_LABEL: shape.pod_type} for _ in range(shape.hosts * slices)]
+            )
             handle = slice_placement_group(
                 shape.topology,
                 shape.generation.ray_version,
@@ -357,10 +417,44 @@ def reserve_slices(
             heads, handle = [], None
             raise _unavailable(shape, slices, time.monotonic() - start, str(err)) from None
 
-        hosts = _hosts_of(handle, slice_names, shape, nodes_by_id)
+        hosts = _hosts_of(handle, slice_names, shape, {n["NodeID"]: n for n in ray.nodes()})
+        held = {h.node_id: float(shape.chips_per_host) for h in hosts}
         yield Reservation(shape, slices, tuple(dict.fromkeys(h.slice_name for h in hosts)), hosts, time.monotonic() - start, handle)
     finally:
-        _release(heads, handle)
+        _release(heads, handle, held)
+
+
+def _claim_heads(shape: catalog.SliceShape, slices: int, deadline: float, tag: str, heads: list[Any]) -> list[str]:
+    """Claim the heads of `slices` whole idle slices; return their names.
+
+    Only slices that are whole and idle right now are candidates (`ray.io/tpu-slice-name in (...)`):
+    an unrestricted claim can land on the free head of a slice that has lost a host, or whose hosts
+    another job is using, and then wait for hosts that never come while a good slice sits idle.
+    Candidates are looked for again until the deadline (GKE adds a scaling slice's hosts one by one).
+    """
+    import ray
+    from ray.util.placement_group import placement_group
+
+    head = {f"TPU-{shape.pod_type}-head": 1}
+    attempt = 0
+    while True:
+        inventory, _ = cluster_inventory(shape)
+        candidates = [s.name for s in inventory if s.idle]
+        if len(candidates) >= slices:
+            where = {WORKER_ID_LABEL: "0", POD_TYPE_LABEL: shape.pod_type, SLICE_NAME_LABEL: f"in({','.join(candidates)})"}
+            batch = [placement_group([head], bundle_label_selector=[where], name=f"{tag}-head-{attempt}-{i}") for i in range(slices)]
+            heads.extend(batch)
+            attempt_deadline = min(deadline, time.monotonic() + CLAIM_ATTEMPT_S)
+            if all(_wait_ready(pg, attempt_deadline) for pg in batch):
+                nodes_by_id = {n["NodeID"]: n for n in ray.nodes()}
+                return [_slice_name_of(pg, nodes_by_id) for pg in batch]
+            # Another job claimed a candidate between our look and our claim: give back, look again.
+            _release(batch, None)
+            del heads[-len(batch) :]
+            attempt += 1
+        if _remaining(deadline) <= 0:
+            raise TimeoutError(f"only {len(candidates)} of the {slices} slice(s) needed are whole and idle")
+        time.sleep(min(CLAIM_POLL_S, _remaining(deadline)))
 
 
 def _wait_ready(pg: Any, deadline: float) -> bool:

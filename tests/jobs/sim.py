@@ -1,0 +1,77 @@
+"""Simulated TPU slices on `ray.cluster_utils.Cluster`, for the tests.
+
+Each simulated host is a raylet started with the environment `jobs.local.host_env` gives it (what
+GKE's TPU webhook injects, plus JAX on CPU) and `resources={"TPU": chips_per_host}`, so Ray derives
+the same labels and `TPU-<pod>-head` resource it would on GKE. Real Ray, real JAX.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass, field
+from typing import Iterator, Sequence
+
+import ray
+from ray.cluster_utils import Cluster
+
+from infra import catalog
+from jobs.local import host_env
+
+
+@dataclass(frozen=True)
+class SimHost:
+    shape: catalog.SliceShape
+    slice_name: str
+    worker_id: int
+
+
+def slice_hosts(shape: catalog.SliceShape, name: str, worker_ids: Sequence[int] | None = None) -> list[SimHost]:
+    ids = range(shape.hosts) if worker_ids is None else worker_ids
+    return [SimHost(shape, name, w) for w in ids]
+
+
+@dataclass
+class SimCluster:
+    cluster: Cluster
+    nodes: dict[tuple[str, int], object] = field(default_factory=dict)  # (slice, worker id) -> Node
+
+    def remove_host(self, slice_name: str, worker_id: int) -> None:
+        self.cluster.remove_node(self.nodes.pop((slice_name, worker_id)))
+
+
+@contextlib.contextmanager
+def _env(values: dict[str, str]) -> Iterator[None]:
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@contextlib.contextmanager
+def simulated_cluster(hosts: Sequence[SimHost], jax_cache_dir: str | None = None, head_cpus: int = 4) -> Iterator[SimCluster]:
+    """Start a head plus one raylet per host, connect the driver, and always tear it all down."""
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": head_cpus, "object_store_memory": 128 * 2**20})
+    sim = SimCluster(cluster)
+    try:
+        for host in hosts:
+            env = host_env(host.shape, host.slice_name, host.worker_id)
+            if jax_cache_dir:
+                env["JAX_COMPILATION_CACHE_DIR"] = jax_cache_dir
+            # The raylet (and every worker it starts) inherits the environment at this moment.
+            with _env(env):
+                node = cluster.add_node(
+                    num_cpus=2, resources={"TPU": host.shape.chips_per_host}, object_store_memory=96 * 2**20
+                )
+            sim.nodes[(host.slice_name, host.worker_id)] = node
+        ray.init(address=cluster.address, logging_level="warning", log_to_driver=False)
+        yield sim
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
