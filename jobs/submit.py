@@ -45,7 +45,8 @@ def credentials_command(env: Environment) -> list[str]:
 def shape_args(env: Environment) -> list[str]:
     """The job's slice comes from the config's first slice group (job args after `--` override)."""
     group = env.slice_groups[0]
-    args = ["--generation", group.generation, "--topology", group.topology, "--slices", str(group.slices)]
+    args = ["--generation", group.generation, "--topology", group.topology,
+            "--chips-per-host", str(group.shape.chips_per_host), "--slices", str(group.slices)]
     if env.name in environment_names():  # the cluster has the shipped configs in the working dir
         args = ["--env", env.name, *args]
     return args

@@ -19,7 +19,7 @@ def run(*args: str, path: str | None = None) -> subprocess.CompletedProcess:
 
 def test_job_gets_the_config_shape_and_runtime_env():
     env = load_environment("dev")
-    assert shape_args(env) == ["--env", "dev", "--generation", "v6e", "--topology", "4x4", "--slices", "1"]
+    assert shape_args(env) == ["--env", "dev", "--generation", "v6e", "--topology", "4x4", "--chips-per-host", "4", "--slices", "1"]
     rt = runtime_env(env, {"EXTRA": "1"})
     assert rt["working_dir"] == str(REPO) and ".venv" in rt["excludes"] and rt["excludes"] == EXCLUDES
     assert rt["pip"] == env.ray.job_pip and rt["env_vars"] == {"EXTRA": "1"}
