@@ -1,0 +1,165 @@
+"""The KubeRay `ray.io/v1` RayService that serves the environment's LLM (`serving` in its config).
+
+- `serveConfigV2`: one application, `jobs.serve:build_app` with `args: {env: NAME}`: Ray Serve LLM's
+  OpenAI app, the LLMConfig derived from the config (jobs.serve.llm_config_kwargs).
+- `rayClusterConfig`: the RayCluster's head group and the TPU worker group of `serving.slice_group`
+  (infra.manifests.raycluster), with `serving.replicas` slices: one replica per whole slice.
+- Every pod mounts the environment's bucket with the GCS FUSE CSI driver at /gcs: the weights of a
+  `gs://` model are read from there, the XLA compile cache is written there (so a restarted replica
+  skips most of the compilation), and the repo's `infra/` and `jobs/` are imported from there
+  (`CODE_DIR`, uploaded by `python -m jobs.serve --print-code-sync`). Its Workload Identity
+  service account is the RayCluster's.
+- `/dev/shm` is a memory emptyDir (vLLM and Ray's object store use shared memory).
+- A Hugging Face token only ever comes from a Secret (`serving.hf_token_secret`, key HF_TOKEN).
+
+The image is `serving.image` where the config has one, else Ray's Python 3.12 image with
+vllm-tpu installed by the application's runtime env (jobs.serve.serve_image / serve_pip).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import yaml
+
+from infra.config import ConfigError, Environment
+from infra.manifests.raycluster import _head_group, _labels, _tpu_worker_group
+from jobs.serve import (
+    APP_NAME,
+    BUCKET_MOUNT,
+    CODE_PREFIX,
+    ENV_VAR,
+    SERVE_PORT,
+    XLA_CACHE_DIR,
+    ServeConfigError,
+    llm_config_kwargs,
+    serve_image,
+    serve_pip,
+)
+
+BUCKET_VOLUME = "bucket"
+FUSE_CACHE_VOLUME = "gke-gcsfuse-cache"  # the name the GCS FUSE sidecar looks for its file cache
+SHM_VOLUME = "dshm"
+CODE_DIR = f"{BUCKET_MOUNT}/{CODE_PREFIX}"  # gs://BUCKET/code/ray-tpu-gke/{infra,jobs}
+HF_TOKEN_KEY = "HF_TOKEN"
+RAY_UID, RAY_GID = 1000, 100  # the rayproject/ray images' `ray` user
+# implicit-dirs: directories made by other tools show up; the file cache (unbounded, in the
+# sidecar's cache volume) with parallel downloads makes the first read of large weights fast.
+MOUNT_OPTIONS = ",".join([
+    "implicit-dirs",
+    f"uid={RAY_UID}",
+    f"gid={RAY_GID}",
+    "file-cache:enable-parallel-downloads:true",
+    "file-cache:max-size-mb:-1",
+])
+# The sidecar gets no CPU/memory/ephemeral-storage limits: model loading is bursty.
+FUSE_ANNOTATIONS = {
+    "gke-gcsfuse/volumes": "true",
+    "gke-gcsfuse/cpu-limit": "0",
+    "gke-gcsfuse/memory-limit": "0",
+    "gke-gcsfuse/ephemeral-storage-limit": "0",
+}
+
+
+def ray_service_name(env: Environment) -> str:
+    return f"{env.cluster_name}-serve"
+
+
+def serve_service_name(env: Environment) -> str:
+    """The Service KubeRay creates for the Serve proxies (port 8000)."""
+    return f"{ray_service_name(env)}-serve-svc"
+
+
+def serve_config(env: Environment) -> dict[str, Any]:
+    """serveConfigV2, as a mapping (the manifest holds it as a YAML string)."""
+    runtime_env: dict[str, Any] = {"env_vars": {ENV_VAR: env.name}}
+    pip = serve_pip(env)
+    if pip:
+        runtime_env["pip"] = pip
+    return {
+        "proxy_location": "EveryNode",
+        "http_options": {"host": "0.0.0.0", "port": SERVE_PORT},
+        "applications": [{
+            "name": APP_NAME,
+            "route_prefix": "/",
+            "import_path": "jobs.serve:build_app",
+            "args": {"env": env.name},
+            "runtime_env": runtime_env,
+        }],
+    }
+
+
+def _pod_env(env: Environment) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = [
+        {"name": "PYTHONPATH", "value": CODE_DIR},
+        {"name": ENV_VAR, "value": env.name},
+        {"name": "VLLM_XLA_CACHE_PATH", "value": f"{BUCKET_MOUNT}/{XLA_CACHE_DIR}"},
+    ]
+    if env.serving and env.serving.hf_token_secret:
+        out.append({"name": HF_TOKEN_KEY, "valueFrom": {"secretKeyRef": {
+            "name": env.serving.hf_token_secret, "key": HF_TOKEN_KEY}}})
+    return out
+
+
+def _volumes(env: Environment) -> list[dict[str, Any]]:
+    return [
+        {"name": BUCKET_VOLUME, "csi": {"driver": "gcsfuse.csi.storage.gke.io", "volumeAttributes": {
+            "bucketName": env.bucket_name, "mountOptions": MOUNT_OPTIONS}}},
+        {"name": FUSE_CACHE_VOLUME, "emptyDir": {}},
+        {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}},
+    ]
+
+
+def _with_serving(env: Environment, group_spec: dict[str, Any], image: str) -> dict[str, Any]:
+    """A head or worker group spec from raycluster.py, plus what serving needs."""
+    spec = copy.deepcopy(group_spec)
+    template = spec["template"]
+    metadata = template.setdefault("metadata", {})
+    metadata["annotations"] = {**metadata.get("annotations", {}), **FUSE_ANNOTATIONS}
+    pod = template["spec"]
+    pod["volumes"] = [*pod.get("volumes", []), *_volumes(env)]
+    (container,) = pod["containers"]
+    container["image"] = image
+    container["env"] = [*container.get("env", []), *_pod_env(env)]
+    container["volumeMounts"] = [
+        *container.get("volumeMounts", []),
+        {"name": BUCKET_VOLUME, "mountPath": BUCKET_MOUNT},
+        {"name": SHM_VOLUME, "mountPath": "/dev/shm"},
+    ]
+    return spec
+
+
+def ray_service(env: Environment) -> dict[str, Any]:
+    """The RayService for `env.serving`; a ConfigError if the config cannot be served."""
+    if env.serving is None:
+        raise ConfigError(f"environment {env.name!r}", ["serving: no serving section, so no RayService"])
+    try:
+        llm_config_kwargs(env)  # every check the deployment will make, before anything is printed
+    except ServeConfigError as err:
+        raise ConfigError(f"environment {env.name!r}", [f"serving: {err}"]) from None
+    group = env.slice_group(env.serving.slice_group)
+    image = serve_image(env)
+    worker = _with_serving(env, _tpu_worker_group(env, group), image)
+    replicas = env.serving.replicas
+    worker.update({"replicas": replicas, "minReplicas": replicas, "maxReplicas": replicas})
+    spec: dict[str, Any] = {
+        "serveConfigV2": yaml.safe_dump(serve_config(env), sort_keys=False),
+        "rayClusterConfig": {
+            "rayVersion": env.ray.version,
+            "headGroupSpec": _with_serving(env, _head_group(env), image),
+            "workerGroupSpecs": [worker],
+        },
+    }
+    if group.slices < 2 * replicas:
+        # KubeRay's default upgrade (NewCluster) brings up a second cluster next to the serving one
+        # when rayClusterConfig changes: with no spare slices it would wait for TPUs forever. Here
+        # serveConfigV2 changes still apply in place; cluster changes need a delete and re-apply.
+        spec["upgradeStrategy"] = {"type": "None"}
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayService",
+        "metadata": {"name": ray_service_name(env), "namespace": env.ray.namespace,
+                     "labels": {**_labels(env), "ray-tpu-gke/serving": "true"}},
+        "spec": spec,
+    }
