@@ -20,6 +20,7 @@ unexport TF_CLI_CONFIG_FILE
 
 SETUP_STAMPS := $(VENV)/.installed .venv-checkov/.installed node_modules/.installed
 
+.PHONY: serve-setup serve-demo serve-smoke serve-deploy
 .PHONY: help setup demo test test-fast synth plan deploy deploy-ci destroy manifests show checkov bench clean \
 	credentials apply-manifests submit smoke doctor
 
@@ -43,10 +44,13 @@ node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
+serve-setup: ## create .venv-serve (Ray Serve LLM + vLLM on CPU, ~4 GB; idempotent)
+	scripts/setup_serve_env.sh
+
 demo: setup ## bring up a simulated v6e 4x4 slice, run healthcheck + train through the Ray Jobs API, tear down
 	$(PY) -m jobs.demo
 
-test: setup ## run the whole test suite
+test: setup serve-setup ## run the whole test suite
 	$(PY) -m pytest
 
 test-fast: setup ## the tests that need no synth and no Ray cluster
@@ -90,15 +94,26 @@ smoke: setup ## healthcheck on the deployed ENV cluster: fails unless the slice 
 doctor: setup ## compare the live ENV cluster and node pools with the config
 	$(PY) -m infra.doctor --env $(ENV)
 
+serve-demo: setup serve-setup ## serve the repo's tiny model with the real vLLM engine locally, query it, tear down
+	.venv-serve/bin/python -m jobs.serve_demo
+
+serve-smoke: setup serve-setup ## query ENV's deployed RayService (OpenAI API) through a port-forward
+	.venv-serve/bin/python -m jobs.serve_smoke --env $(ENV)
+
+serve-deploy: credentials ## upload infra/ and jobs/ to ENV's bucket, then apply the manifests (incl. the RayService)
+	$(PY) -m jobs.serve --env $(ENV) --print-code-sync | bash
+	$(PY) -m infra manifests --env $(ENV) | kubectl apply -f -
+
 show: setup ## summarise what ENV declares
 	@$(PY) -m infra show --env $(ENV)
 
 checkov: synth ## checkov on every synthesized stack (justified skips: infra/checkov_scan.py)
 	$(PY) -m infra.checkov_scan $(CDKTF_OUT) $(CHECKOV)
 
-bench: setup ## benchmarks: synth cost vs the bare provider import, and the jobs' ratios
+bench: setup serve-setup ## benchmarks: synth vs bare provider import, jobs vs bare JAX/Ray, Serve vs bare vLLM
 	$(PY) bench/synth_bench.py
 	$(PY) bench/jobs_bench.py
+	.venv-serve/bin/python bench/serve_bench.py
 
 clean: ## remove build outputs (keeps the venvs)
 	rm -rf cdktf.out build .pytest_cache

@@ -25,6 +25,14 @@ class _PlainDumper(yaml.SafeDumper):
         return True
 
 
+def _block_strings(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
+    # Embedded YAML (the RayService's serveConfigV2) reads best as a literal block.
+    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style="|" if "\n" in text else None)
+
+
+_PlainDumper.add_representer(str, _block_strings)
+
+
 def _show(env_name: str) -> str:
     env = load_environment(env_name)
     lines = [
@@ -51,7 +59,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "manifests":
             # Build everything before printing anything: a bad config leaves stdout empty.
-            out = yaml.dump_all(manifests(load_environment(args.env)), Dumper=_PlainDumper, sort_keys=False)
+            env = load_environment(args.env)
+            docs = manifests(env)
+            if env.serving is not None:
+                from infra.manifests.rayservice import ray_service
+
+                docs.append(ray_service(env))
+            out = yaml.dump_all(docs, Dumper=_PlainDumper, sort_keys=False)
         elif args.command == "show":
             out = _show(args.env) + "\n"
         else:

@@ -280,6 +280,8 @@ class Serving(_Strict):
     replicas: PositiveInt = 1
     # The name of a Kubernetes Secret holding HF_TOKEN (a reference only: no token in our files).
     hf_token_secret: Name | None = None
+    # An image with vllm-tpu baked in; without one every pod installs vllm-tpu at start (slow).
+    image: Annotated[str, Field(min_length=1)] | None = None
 
     @field_validator("model")
     @classmethod

@@ -13,16 +13,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 
 from infra.config import ConfigError, Environment, load_environment
 from jobs.serve import SERVE_PORT, served_model_id
-from jobs.submit import SubmitError, _free_port, _require, _wait_for_port, credentials_command
+from jobs.submit import SubmitError, port_forward
 
 
 class SmokeError(RuntimeError):
@@ -35,33 +33,9 @@ def serve_service(env: Environment) -> str:
     return serve_service_name(env)
 
 
-@contextlib.contextmanager
-def serve_port_forward(env: Environment, timeout_s: float = 60) -> Iterator[str]:
+def serve_port_forward(env: Environment, timeout_s: float = 60):
     """Credentials + `kubectl port-forward` to the Serve service; yields its base URL."""
-    _require("gcloud", "install the Google Cloud CLI (https://cloud.google.com/sdk/docs/install)")
-    kubectl = _require("kubectl", "install it with `gcloud components install kubectl`")
-    try:
-        creds = subprocess.run(credentials_command(env), capture_output=True, text=True, timeout=120)
-    except subprocess.TimeoutExpired:
-        raise SubmitError(f"gcloud get-credentials for {env.cluster_name} took over 120 s") from None
-    if creds.returncode:
-        raise SubmitError(f"cannot get credentials for cluster {env.cluster_name} in {env.location}: "
-                          f"{' '.join(creds.stderr.split())}")
-    port = _free_port()
-    proc = subprocess.Popen(
-        [kubectl, "port-forward", "-n", env.ray.namespace, f"svc/{serve_service(env)}", f"{port}:{SERVE_PORT}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )
-    try:
-        _wait_for_port(port, proc, timeout_s)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+    return port_forward(env, timeout_s, service=serve_service(env), remote_port=SERVE_PORT)
 
 
 def wait_for_model(base_url: str, model_id: str, timeout_s: float, poll_s: float = 5.0) -> list[str]:

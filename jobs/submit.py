@@ -88,8 +88,11 @@ def _wait_for_port(port: int, proc: subprocess.Popen, timeout_s: float) -> None:
 
 
 @contextlib.contextmanager
-def port_forward(env: Environment, timeout_s: float = 60) -> Iterator[str]:
-    """Credentials + `kubectl port-forward` to the head service; yields the dashboard URL."""
+def port_forward(
+    env: Environment, timeout_s: float = 60, *, service: str | None = None, remote_port: int = DASHBOARD_PORT
+) -> Iterator[str]:
+    """Credentials + `kubectl port-forward` to a service of the environment's Ray cluster (by
+    default the head's dashboard); yields the local URL."""
     _require("gcloud", "install the Google Cloud CLI (https://cloud.google.com/sdk/docs/install)")
     kubectl = _require("kubectl", "install it with `gcloud components install kubectl`")
     try:
@@ -100,9 +103,9 @@ def port_forward(env: Environment, timeout_s: float = 60) -> Iterator[str]:
         reason = " ".join(creds.stderr.split())  # gcloud's advice, on one line
         raise SubmitError(f"cannot get credentials for cluster {env.cluster_name} in {env.location}: {reason}")
     port = _free_port()
-    service = f"svc/{env.ray_cluster_name}-head-svc"
+    target = f"svc/{service or env.ray_cluster_name + '-head-svc'}"
     proc = subprocess.Popen(
-        [kubectl, "port-forward", "-n", env.ray.namespace, service, f"{port}:{DASHBOARD_PORT}"],
+        [kubectl, "port-forward", "-n", env.ray.namespace, target, f"{port}:{remote_port}"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )
     try:

@@ -97,8 +97,8 @@ def test_manifests_cli_prints_applyable_yaml(crds):
     proc = subprocess.run([sys.executable, "-m", "infra", "manifests", "--env", "dev"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     docs = list(yaml.safe_load_all(proc.stdout))
-    assert [d["kind"] for d in docs] == ["ServiceAccount", "RayCluster"]
-    assert errors(crds, docs[-1]) == []
+    assert [d["kind"] for d in docs] == ["ServiceAccount", "RayCluster", "RayService"]  # dev serves an LLM
+    assert errors(crds, docs[1]) == [] and errors(crds, docs[2]) == []
     assert "&id" not in proc.stdout  # no YAML anchors
 
 
