@@ -37,8 +37,8 @@ CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop"
 def ray_cluster(env: Environment) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "rayVersion": env.ray.version,
-        "headGroupSpec": _head_group(env),
-        "workerGroupSpecs": [_tpu_worker_group(env, g) for g in env.slice_groups],
+        "headGroupSpec": head_group(env),
+        "workerGroupSpecs": [tpu_worker_group(env, g) for g in env.slice_groups],
     }
     if any(g.autoscaled for g in env.slice_groups):
         # Ray's autoscaler scales whole replicas (slices) between minReplicas and maxReplicas.
@@ -47,7 +47,7 @@ def ray_cluster(env: Environment) -> dict[str, Any]:
     return {
         "apiVersion": "ray.io/v1",
         "kind": "RayCluster",
-        "metadata": {"name": env.ray_cluster_name, "namespace": env.ray.namespace, "labels": _labels(env)},
+        "metadata": {"name": env.ray_cluster_name, "namespace": env.ray.namespace, "labels": labels(env)},
         "spec": spec,
     }
 
@@ -60,7 +60,7 @@ def service_account(env: Environment, google_service_account: str) -> dict[str, 
         "metadata": {
             "name": env.ray.kubernetes_service_account,
             "namespace": env.ray.namespace,
-            "labels": _labels(env),
+            "labels": labels(env),
             "annotations": {"iam.gke.io/gcp-service-account": google_service_account},
         },
     }
@@ -76,11 +76,11 @@ def manifests(env: Environment) -> list[dict[str, Any]]:
     return docs
 
 
-def _labels(env: Environment) -> dict[str, str]:
+def labels(env: Environment) -> dict[str, str]:
     return {"app.kubernetes.io/part-of": "ray-tpu-gke", "ray-tpu-gke/env": env.name}
 
 
-def _head_group(env: Environment) -> dict[str, Any]:
+def head_group(env: Environment) -> dict[str, Any]:
     pod_spec: dict[str, Any] = {
         "serviceAccountName": env.ray.kubernetes_service_account,
         "securityContext": {"runAsNonRoot": True, "runAsUser": RAY_UID, "fsGroup": 100},
@@ -105,7 +105,7 @@ def _head_group(env: Environment) -> dict[str, Any]:
         # ClusterIP head service (kubectl port-forward), never a LoadBalancer or Ingress.
         "rayStartParams": {"num-cpus": "0", "dashboard-host": "0.0.0.0"},
         "serviceType": "ClusterIP",
-        "template": {"metadata": {"labels": _labels(env)}, "spec": pod_spec},
+        "template": {"metadata": {"labels": labels(env)}, "spec": pod_spec},
     }
 
 
@@ -127,7 +127,7 @@ def tpu_node_selector(env: Environment, group: SliceGroup) -> dict[str, str]:
     return selector
 
 
-def _tpu_worker_group(env: Environment, group: SliceGroup) -> dict[str, Any]:
+def tpu_worker_group(env: Environment, group: SliceGroup) -> dict[str, Any]:
     shape = group.shape
     resources = {"cpu": group.pod_cpu, "memory": group.pod_memory, "google.com/tpu": str(shape.chips_per_host)}
     container = {
@@ -151,7 +151,7 @@ def _tpu_worker_group(env: Environment, group: SliceGroup) -> dict[str, Any]:
         "numOfHosts": shape.hosts,
         "rayStartParams": {},
         "template": {
-            "metadata": {"labels": {**_labels(env), "ray-tpu-gke/slice-group": group.name}},
+            "metadata": {"labels": {**labels(env), "ray-tpu-gke/slice-group": group.name}},
             "spec": {
                 "serviceAccountName": env.ray.kubernetes_service_account,
                 "nodeSelector": tpu_node_selector(env, group),

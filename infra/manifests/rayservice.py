@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 
 from infra.config import ConfigError, Environment
-from infra.manifests.raycluster import _head_group, _labels, _tpu_worker_group
+from infra.manifests.raycluster import head_group, labels, tpu_worker_group
 from jobs.serve import (
     APP_NAME,
     BUCKET_MOUNT,
@@ -140,14 +140,14 @@ def ray_service(env: Environment) -> dict[str, Any]:
         raise ConfigError(f"environment {env.name!r}", [f"serving: {err}"]) from None
     group = env.slice_group(env.serving.slice_group)
     image = serve_image(env)
-    worker = _with_serving(env, _tpu_worker_group(env, group), image)
+    worker = _with_serving(env, tpu_worker_group(env, group), image)
     replicas = env.serving.replicas
     worker.update({"replicas": replicas, "minReplicas": replicas, "maxReplicas": replicas})
     spec: dict[str, Any] = {
         "serveConfigV2": yaml.safe_dump(serve_config(env), sort_keys=False),
         "rayClusterConfig": {
             "rayVersion": env.ray.version,
-            "headGroupSpec": _with_serving(env, _head_group(env), image),
+            "headGroupSpec": _with_serving(env, head_group(env), image),
             "workerGroupSpecs": [worker],
         },
     }
@@ -160,6 +160,6 @@ def ray_service(env: Environment) -> dict[str, Any]:
         "apiVersion": "ray.io/v1",
         "kind": "RayService",
         "metadata": {"name": ray_service_name(env), "namespace": env.ray.namespace,
-                     "labels": {**_labels(env), "ray-tpu-gke/serving": "true"}},
+                     "labels": {**labels(env), "ray-tpu-gke/serving": "true"}},
         "spec": spec,
     }
