@@ -28,10 +28,12 @@ def _token_batch(batch: dict, seq_len: int, vocab: int) -> dict:
     return {"tokens": synthetic_tokens(batch["id"], seq_len, vocab)}
 
 
-def synthetic_dataset(rows: int, seq_len: int, vocab: int):
-    """A Ray Dataset of `rows` token rows; Ray Train splits it between the workers."""
+def synthetic_dataset(rows: int, seq_len: int, vocab: int, blocks: int):
+    """A Ray Dataset of `rows` token rows in `blocks` blocks (one per worker is plenty for data this
+    cheap: each block is a task, and a task on a fresh worker costs a process start); Ray Train
+    splits it between the workers."""
     import ray.data
 
-    return ray.data.range(rows).map_batches(
+    return ray.data.range(rows, override_num_blocks=max(1, blocks)).map_batches(
         _token_batch, fn_kwargs={"seq_len": seq_len, "vocab": vocab}, batch_format="numpy"
     )

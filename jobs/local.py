@@ -209,7 +209,7 @@ def _wait_for(what: str, check: Callable[[], bool], proc: subprocess.Popen, log:
         if proc.poll() is not None:
             raise LocalClusterError(f"the raylet for {what} exited with status {proc.returncode}; last lines of {log}:\n{_tail(log)}")
         if time.monotonic() > deadline:
-            raise LocalClusterError(f"the raylet for {what} did not register within {timeout_s:.0f}s; last lines of {log}:\n{_tail(log)}")
+            raise LocalClusterError(f"the raylet for {what} did not register within {timeout_s:g}s; last lines of {log}:\n{_tail(log)}")
         time.sleep(0.2)
 
 
@@ -218,12 +218,14 @@ def up(
     slices: int = 1,
     state_dir: str | Path = DEFAULT_STATE_DIR,
     node_timeout_s: float = 90.0,
+    head_timeout_s: float = 90.0,
     host_cpus: int = 2,
     head_cpus: int = 4,
     object_store_mb: int = 128,
     progress: Callable[[str], None] = lambda message: None,
 ) -> LocalCluster:
-    """Start the head and one raylet per simulated host; bounded, and on failure nothing is left running."""
+    """Start the head and one raylet per simulated host, each waited for (bounded); on failure,
+    or Ctrl-C, every process started is stopped before the error propagates."""
     import ray
 
     state_dir = Path(state_dir).resolve()
@@ -276,7 +278,6 @@ def up(
     try:
         progress(f"starting the head node (dashboard {cluster.dashboard_url})")
         log = state_dir / "logs" / "head.log"
-        base["JAX_COMPILATION_CACHE_DIR"] = str(state_dir / "jax-cache")  # reruns skip XLA compiles
         head_env = {**base, **cpu_jax_env(shape), "JOBS_STORAGE_PATH": cluster.storage_path}
         head_args = [
             "--head",
@@ -290,7 +291,7 @@ def up(
         ]
         procs.append(_ray_start(head_args, head_env, log))
         nodes.append(LocalNode("head", None, None, procs[-1].pid, str(log)))
-        _wait_for("the head", lambda: _port_open(gcs_port), procs[-1], log, node_timeout_s)
+        _wait_for("the head", lambda: _port_open(gcs_port), procs[-1], log, head_timeout_s)
         os.environ.update(ray_env(temp_dir))
         ray.init(address=gcs_address, logging_level="warning", log_to_driver=False)
         connected = True

@@ -3,6 +3,9 @@
 Pre-norm blocks (RMSNorm, causal multi-head attention, GELU MLP), learned positions, output tied to
 the embedding. Layers are stacked on a leading axis and run with `lax.scan`, so compile time does
 not grow with depth. Parameters are float32; matmuls run in `compute_dtype` (bfloat16 on TPU).
+
+JAX is imported inside the functions that need it: the job's driver uses `ModelConfig` and the
+FLOP arithmetic only, and should not pay for importing JAX.
 """
 
 from __future__ import annotations
@@ -10,17 +13,19 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import jax
-import jax.numpy as jnp
 import numpy as np
-from jax.sharding import PartitionSpec as P
 
 Params = dict[str, Any]
 
 DATA_AXIS = "data"
 FSDP_AXIS = "fsdp"
-# The batch is split over every device; parameters over the fsdp axis only (replicated over data).
-BATCH_SPEC = P((DATA_AXIS, FSDP_AXIS), None)
+
+
+def batch_spec():
+    """The batch is split over every device; parameters over the fsdp axis only (replicated over data)."""
+    from jax.sharding import PartitionSpec as P
+
+    return P((DATA_AXIS, FSDP_AXIS), None)
 
 
 @dataclass(frozen=True)
@@ -60,35 +65,49 @@ def flops_per_token(cfg: ModelConfig) -> float:
     return 6.0 * matmul_params + 12.0 * layers * d * cfg.seq_len
 
 
-def init_params(cfg: ModelConfig, key: jax.Array) -> Params:
-    k = iter(jax.random.split(key, 8))
+def init_params(cfg: ModelConfig, seed: int) -> Params:
+    """Initial parameters as host numpy arrays (deterministic per seed).
+
+    Numpy, not `jax.random` under `jit`: on a multi-process mesh, compiling a sharded random
+    initializer costs several seconds per process, and the arrays are small enough to build on
+    each host and hand to `jax.make_array_from_callback`.
+    """
+    rng = np.random.default_rng(seed)
     d, f, layers = cfg.d_model, cfg.d_ff, cfg.n_layers
 
-    def normal(shape, fan_in):
-        return jax.random.normal(next(k), shape, jnp.float32) / np.sqrt(fan_in)
+    def normal(shape, scale):
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
 
     return {
-        "embed": jax.random.normal(next(k), (cfg.vocab, d), jnp.float32) * 0.02,
-        "pos": jax.random.normal(next(k), (cfg.seq_len, d), jnp.float32) * 0.02,
+        "embed": normal((cfg.vocab, d), 0.02),
+        "pos": normal((cfg.seq_len, d), 0.02),
         "layers": {
-            "norm1": jnp.ones((layers, d), jnp.float32),
-            "wqkv": normal((layers, d, 3 * d), d),
-            "wo": normal((layers, d, d), d) / np.sqrt(2 * layers),
-            "norm2": jnp.ones((layers, d), jnp.float32),
-            "w1": normal((layers, d, f), d),
-            "w2": normal((layers, f, d), f) / np.sqrt(2 * layers),
+            "norm1": np.ones((layers, d), np.float32),
+            "wqkv": normal((layers, d, 3 * d), 1 / np.sqrt(d)),
+            "wo": normal((layers, d, d), 1 / np.sqrt(d * 2 * layers)),
+            "norm2": np.ones((layers, d), np.float32),
+            "w1": normal((layers, d, f), 1 / np.sqrt(d)),
+            "w2": normal((layers, f, d), 1 / np.sqrt(f * 2 * layers)),
         },
-        "norm_f": jnp.ones((d,), jnp.float32),
+        "norm_f": np.ones((d,), np.float32),
     }
 
 
 def _rms_norm(x, scale):
+    import jax
+    import jax.numpy as jnp
+
     x32 = x.astype(jnp.float32)
     return (x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + 1e-6) * scale).astype(x.dtype)
 
 
-def forward(params: Params, tokens: jax.Array, cfg: ModelConfig, compute_dtype=jnp.float32) -> jax.Array:
-    """Logits [batch, seq, vocab] (float32) for int tokens [batch, seq]."""
+def forward(params: Params, tokens: jax.Array, cfg: ModelConfig, compute_dtype=None) -> jax.Array:
+    """Logits [batch, seq, vocab] (float32) for int tokens [batch, seq]; matmuls in `compute_dtype`
+    (default float32)."""
+    import jax
+    import jax.numpy as jnp
+
+    compute_dtype = compute_dtype or jnp.float32
     batch, seq = tokens.shape
     x = (params["embed"][tokens] + params["pos"][:seq]).astype(compute_dtype)
     causal = jnp.tril(jnp.ones((seq, seq), bool))
@@ -111,7 +130,7 @@ def forward(params: Params, tokens: jax.Array, cfg: ModelConfig, compute_dtype=j
     return (x @ params["embed"].astype(compute_dtype).T).astype(jnp.float32)
 
 
-def loss_fn(params: Params, tokens: jax.Array, cfg: ModelConfig, compute_dtype=jnp.float32) -> jax.Array:
+def loss_fn(params: Params, tokens: jax.Array, cfg: ModelConfig, compute_dtype=None) -> jax.Array:
     """Mean next-token cross-entropy; `tokens` is [batch, seq_len + 1]."""
     import optax
 
@@ -119,9 +138,11 @@ def loss_fn(params: Params, tokens: jax.Array, cfg: ModelConfig, compute_dtype=j
     return optax.softmax_cross_entropy_with_integer_labels(logits, tokens[:, 1:]).mean()
 
 
-def fsdp_spec(shape: tuple[int, ...], fsdp: int, stacked: bool) -> P:
+def fsdp_spec(shape: tuple[int, ...], fsdp: int, stacked: bool):
     """Shard the largest dimension that `fsdp` divides (never the stacked layer axis); replicate
     what is too small to split."""
+    from jax.sharding import PartitionSpec as P
+
     dims = list(range(1 if stacked else 0, len(shape)))
     for dim in sorted(dims, key=lambda i: -shape[i]):
         if fsdp > 1 and shape[dim] % fsdp == 0:

@@ -199,8 +199,8 @@ class SliceUnavailableError(TimeoutError):
         return {s.name: s.missing for s in self.inventory if s.missing}
 
 
-def cluster_inventory(shape: catalog.SliceShape) -> tuple[tuple[SliceInventory, ...], dict[str, int]]:
-    """The live inventory of `shape`'s slices, and the other TPU pod types present."""
+def cluster_inventory(shape: catalog.SliceShape) -> tuple[tuple[SliceInventory, ...], dict[str, int], list[dict]]:
+    """The live inventory of `shape`'s slices, the other TPU pod types present, and `ray.nodes()`."""
     import ray
 
     nodes = ray.nodes()
@@ -211,13 +211,13 @@ def cluster_inventory(shape: catalog.SliceShape) -> tuple[tuple[SliceInventory, 
         available = available_resources_per_node()
     except Exception:  # unknown availability: every complete slice counts as idle
         available = None
-    return slice_inventory(nodes, shape, available), other_tpu_pod_types(nodes, shape)
+    return slice_inventory(nodes, shape, available), other_tpu_pod_types(nodes, shape), nodes
 
 
 def _unavailable(shape: catalog.SliceShape, slices: int, waited_s: float, stage: str) -> SliceUnavailableError:
     from ray.util.tpu import get_num_ready_tpu_slices
 
-    inventory, others = cluster_inventory(shape)
+    inventory, others, _ = cluster_inventory(shape)
     try:
         ray_ready: int | None = get_num_ready_tpu_slices(shape.topology, shape.generation.ray_accelerator_type)
     except Exception:  # diagnostics must not hide the real error
@@ -328,8 +328,11 @@ def _remaining(deadline: float) -> float:
 def _slice_name_of(pg, nodes_by_id: Mapping[str, Mapping[str, Any]]) -> str:
     from ray.util import placement_group_table
 
+    import ray
+
     node_id = placement_group_table(pg)["bundles_to_node_id"][0]
-    labels = nodes_by_id[node_id].get("Labels") or {}
+    node = nodes_by_id.get(node_id) or {n["NodeID"]: n for n in ray.nodes()}.get(node_id, {})  # newer than our list
+    labels = node.get("Labels") or {}
     return labels.get(SLICE_NAME_LABEL) or node_id
 
 
@@ -394,7 +397,8 @@ def reserve_slices(
     held: dict[str, float] = {}
     try:
         try:
-            slice_names = _claim_heads(shape, slices, deadline, tag, heads) if shape.multi_host else []
+            nodes_by_id: dict[str, dict] = {}  # filled by the inventory, reused for the labels below
+            slice_names = _claim_heads(shape, slices, deadline, tag, heads, nodes_by_id) if shape.multi_host else []
             # The pod type keeps single-host bundles off other shapes with as many chips per host.
             selectors = (
                 [{SLICE_NAME_LABEL: n, POD_TYPE_LABEL: shape.pod_type} for n in slice_names for _ in range(shape.hosts)]
@@ -417,14 +421,16 @@ def reserve_slices(
             heads, handle = [], None
             raise _unavailable(shape, slices, time.monotonic() - start, str(err)) from None
 
-        hosts = _hosts_of(handle, slice_names, shape, {n["NodeID"]: n for n in ray.nodes()})
+        hosts = _hosts_of(handle, slice_names, shape, nodes_by_id)
         held = {h.node_id: float(shape.chips_per_host) for h in hosts}
         yield Reservation(shape, slices, tuple(dict.fromkeys(h.slice_name for h in hosts)), hosts, time.monotonic() - start, handle)
     finally:
         _release(heads, handle, held)
 
 
-def _claim_heads(shape: catalog.SliceShape, slices: int, deadline: float, tag: str, heads: list[Any]) -> list[str]:
+def _claim_heads(
+    shape: catalog.SliceShape, slices: int, deadline: float, tag: str, heads: list[Any], nodes_by_id: dict[str, dict]
+) -> list[str]:
     """Claim the heads of `slices` whole idle slices; return their names.
 
     Only slices that are whole and idle right now are candidates (`ray.io/tpu-slice-name in (...)`):
@@ -432,13 +438,14 @@ def _claim_heads(shape: catalog.SliceShape, slices: int, deadline: float, tag: s
     another job is using, and then wait for hosts that never come while a good slice sits idle.
     Candidates are looked for again until the deadline (GKE adds a scaling slice's hosts one by one).
     """
-    import ray
     from ray.util.placement_group import placement_group
 
     head = {f"TPU-{shape.pod_type}-head": 1}
     attempt = 0
     while True:
-        inventory, _ = cluster_inventory(shape)
+        inventory, _, nodes = cluster_inventory(shape)
+        nodes_by_id.clear()
+        nodes_by_id.update((n["NodeID"], n) for n in nodes)
         candidates = [s.name for s in inventory if s.idle]
         if len(candidates) >= slices:
             where = {WORKER_ID_LABEL: "0", POD_TYPE_LABEL: shape.pod_type, SLICE_NAME_LABEL: f"in({','.join(candidates)})"}
@@ -446,7 +453,6 @@ def _claim_heads(shape: catalog.SliceShape, slices: int, deadline: float, tag: s
             heads.extend(batch)
             attempt_deadline = min(deadline, time.monotonic() + CLAIM_ATTEMPT_S)
             if all(_wait_ready(pg, attempt_deadline) for pg in batch):
-                nodes_by_id = {n["NodeID"]: n for n in ray.nodes()}
                 return [_slice_name_of(pg, nodes_by_id) for pg in batch]
             # Another job claimed a candidate between our look and our claim: give back, look again.
             _release(batch, None)
@@ -474,9 +480,11 @@ def _hosts_of(
     from ray.util import placement_group_table
 
     bundles = placement_group_table(handle.placement_group)["bundles_to_node_id"]
+    if any(node_id not in nodes_by_id for node_id in bundles.values()):  # a node newer than our list
+        nodes_by_id = {n["NodeID"]: n for n in ray.nodes()}
     placements = []
     for index, node_id in sorted(bundles.items()):
-        node = nodes_by_id.get(node_id) or {n["NodeID"]: n for n in ray.nodes()}[node_id]  # a node newer than our list
+        node = nodes_by_id[node_id]
         labels = node.get("Labels") or {}
         placements.append(
             BundlePlacement(

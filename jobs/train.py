@@ -19,6 +19,7 @@ summary and one `TRAIN {json}` line. Exit status: 0 done, 1 failed (or no slice 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
 import os
@@ -26,6 +27,7 @@ import statistics
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Sequence
@@ -38,6 +40,8 @@ STORAGE_ENV = "JOBS_STORAGE_PATH"
 # Variables the workers need from the job's environment: on the simulation they select JAX's CPU
 # branch of Ray Train's JAX backend and one CPU device per chip.
 PASSTHROUGH_ENV = ("JAX_PLATFORMS", "XLA_FLAGS")
+# Bound on waiting for the first batch from Ray Data.
+DATA_TIMEOUT_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,8 @@ class TrainResult:
     devices: int
     processes: int
     first_step_at: float  # wall clock when the last host entered its first step
+    worker_started_at: float  # wall clock when rank 0's training function began
+    state_built_at: float  # ...and when its model and optimizer were ready (sharded)
     matmul_flops_per_s: float | None
     checkpoint: str | None
 
@@ -119,7 +125,7 @@ class _State:
         import optax
         from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-        from jobs.model import BATCH_SPEC, DATA_AXIS, FSDP_AXIS, init_params, loss_fn, param_specs
+        from jobs.model import DATA_AXIS, FSDP_AXIS, batch_spec, init_params, loss_fn, param_specs
 
         self.cfg = ModelConfig(**config.model)
         self.platform = jax.devices()[0].platform
@@ -135,12 +141,13 @@ class _State:
         # contiguous block of the batch (what make_array_from_process_local_data expects).
         devices = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
         self.mesh = Mesh(np.array(devices).reshape(-1, fsdp), (DATA_AXIS, FSDP_AXIS))
-        self.batch_sharding = NamedSharding(self.mesh, BATCH_SPEC)
+        self.batch_sharding = NamedSharding(self.mesh, batch_spec())
         replicated = NamedSharding(self.mesh, P())
 
-        abstract = jax.eval_shape(lambda k: init_params(self.cfg, k), jax.random.key(0))
-        param_sharding = jax.tree.map(lambda s: NamedSharding(self.mesh, s), param_specs(abstract, fsdp))
-        self.params = jax.jit(lambda k: init_params(self.cfg, k), out_shardings=param_sharding)(jax.random.key(config.seed))
+        initial = init_params(self.cfg, config.seed)  # numpy, identical on every host
+        param_sharding = jax.tree.map(lambda s: NamedSharding(self.mesh, s), param_specs(initial, fsdp))
+        self.params = jax.tree.map(_shard, initial, param_sharding)
+        abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), initial)
         schedule = optax.warmup_cosine_decay_schedule(
             0.0, config.learning_rate, max(1, config.warmup_steps), max(config.steps, config.warmup_steps + 1)
         )
@@ -176,14 +183,22 @@ class _State:
         self.params, self.opt_state, loss = self._step(self.params, self.opt_state, tokens)
         return float(loss)  # waits for the step
 
-    # Checkpoints hold full arrays (gathered from every process): right for a model this size, and
-    # readable with numpy alone. A large model would write per-process shards (e.g. Orbax) instead.
+    # Checkpoints hold full arrays, readable with numpy alone: right for a model this size. A large
+    # model would write per-process shards (e.g. Orbax) instead.
     def save(self, directory: Path, step: int, is_writer: bool) -> None:
         import jax
         import numpy as np
         from jax.experimental import multihost_utils
 
-        leaves = multihost_utils.process_allgather(jax.tree.leaves((self.params, self.opt_state)), tiled=True)
+        leaves = jax.tree.leaves((self.params, self.opt_state))
+        # Parameters are sharded within a host and replicated across hosts, so every process
+        # already holds whole arrays: copy them out without a collective (and its compile).
+        # Same layout on every process, so all take the same branch.
+        copies = [_local_copy(leaf) for leaf in leaves]
+        if all(c is not None for c in copies):
+            leaves = copies
+        else:
+            leaves = multihost_utils.process_allgather(leaves, tiled=True)
         if is_writer:
             np.savez(directory / "state.npz", *leaves)
             (directory / "meta.json").write_text(json.dumps({"step": step, "model": self.cfg.to_dict()}))
@@ -201,10 +216,7 @@ class _State:
         stored = np.load(directory / "state.npz")
         leaves, tree = jax.tree.flatten((self.params, self.opt_state))
         arrays = [stored[f"arr_{i}"] for i in range(len(leaves))]
-        restored = [
-            jax.make_array_from_callback(leaf.shape, leaf.sharding, lambda index, a=a: a[index])
-            for leaf, a in zip(leaves, arrays)
-        ]
+        restored = [_shard(a, leaf.sharding) for leaf, a in zip(leaves, arrays)]
         self.params, self.opt_state = jax.tree.unflatten(tree, restored)
         return int(meta["step"])
 
@@ -229,6 +241,25 @@ class _State:
         return 2.0 * n * size**3 * iters / (time.perf_counter() - start)
 
 
+def _shard(host_array, sharding):
+    """A global array from a host array every process holds in full (no compile, no transfer)."""
+    import jax
+
+    return jax.make_array_from_callback(host_array.shape, sharding, lambda index: host_array[index])
+
+
+def _local_copy(array):
+    """`array` as one numpy array from this process's shards, or None if they do not cover it."""
+    import numpy as np
+
+    out = np.empty(array.shape, array.dtype)
+    covered = np.zeros(array.shape, bool)
+    for shard in array.addressable_shards:
+        out[shard.index] = np.asarray(shard.data)
+        covered[shard.index] = True
+    return out if covered.all() else None
+
+
 def _latest_over_processes(wall_time: float) -> float:
     """The latest of every process's `wall_time` (a collective). JAX keeps 32-bit numbers, too
     coarse for a Unix time, so each process sends its milliseconds as two 20-bit halves."""
@@ -245,10 +276,24 @@ def train_loop_per_worker(config_dict: dict[str, Any]) -> None:
     import jax
     import ray.train
 
+    # Rank 0's timeline (wall clock), for the benchmark's "submit -> first step" breakdown.
+    timeline = {"worker_started_at": time.time()}
     config = TrainConfig.from_dict(config_dict)
     context = ray.train.get_context()
     rank = context.get_world_rank()
-    state = _State(config)
+    local_batch = config.global_batch // context.get_world_size()
+    batches = iter(
+        ray.train.get_dataset_shard("train").iter_batches(
+            batch_size=local_batch, batch_format="numpy", drop_last=True, prefetch_batches=2
+        )
+    )
+    # Starting Ray Data's pipeline takes seconds (coordinator, tasks, workers): overlap it with
+    # building the model instead of waiting for it at the first step.
+    with ThreadPoolExecutor(1) as pool:
+        first_batch = pool.submit(next, batches, None)
+        state = _State(config)
+        timeline["state_built_at"] = time.time()
+        first = first_batch.result(timeout=DATA_TIMEOUT_S)
     # Logged, not printed: Ray Train's print patch would send each line to stdout and stderr.
     say = logging.getLogger("jobs.train").info if rank == 0 else (lambda *a, **k: None)
 
@@ -264,16 +309,13 @@ def train_loop_per_worker(config_dict: dict[str, Any]) -> None:
         ray.train.report({"step": start_step, "start_step": start_step, "already_done": True})
         return
 
-    local_batch = config.global_batch // jax.process_count()
-    batches = ray.train.get_dataset_shard("train").iter_batches(
-        batch_size=local_batch, batch_format="numpy", drop_last=True, prefetch_batches=2
-    )
     tokens_per_step = config.global_batch * state.cfg.seq_len
     model_flops = flops_per_token(state.cfg) * tokens_per_step
     losses: list[float] = []
     times: list[float] = []
     first_step_at = 0.0
-    for step, batch in zip(range(start_step, config.steps), batches):
+    stream = itertools.chain([first] if first is not None else [], batches)
+    for step, batch in zip(range(start_step, config.steps), stream):
         tokens = state.batch(batch["tokens"])
         if step == start_step:
             first_step_at = time.time()
@@ -304,6 +346,7 @@ def train_loop_per_worker(config_dict: dict[str, Any]) -> None:
                 "processes": jax.process_count(),
                 "params": param_count(state.cfg),
                 "first_step_at": first_step_at,
+                **timeline,
                 "matmul_flops_per_s": None,
             }
             if done and config.matmul_baseline:
@@ -356,7 +399,7 @@ def run_training(target: cli.SliceTarget, config: TrainConfig, name: str, storag
         worker_runtime_env={"env_vars": {k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}},
     )
     cfg = ModelConfig(**config.model)
-    dataset = synthetic_dataset(config.steps * config.global_batch, cfg.seq_len, cfg.vocab)
+    dataset = synthetic_dataset(config.steps * config.global_batch, cfg.seq_len, cfg.vocab, blocks=target.hosts)
     trainer = JaxTrainer(
         train_loop_per_worker,
         train_loop_config=asdict(config),
@@ -388,6 +431,8 @@ def run_training(target: cli.SliceTarget, config: TrainConfig, name: str, storag
         devices=int(m["devices"]),
         processes=int(m["processes"]),
         first_step_at=float(m["first_step_at"]),
+        worker_started_at=float(m.get("worker_started_at", 0.0)),
+        state_built_at=float(m.get("state_built_at", 0.0)),
         matmul_flops_per_s=m.get("matmul_flops_per_s"),
         checkpoint=result.checkpoint.path if result.checkpoint else None,
     )

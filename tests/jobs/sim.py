@@ -55,15 +55,13 @@ def _env(values: dict[str, str]) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def simulated_cluster(hosts: Sequence[SimHost], jax_cache_dir: str | None = None, head_cpus: int = 4) -> Iterator[SimCluster]:
+def simulated_cluster(hosts: Sequence[SimHost], head_cpus: int = 4) -> Iterator[SimCluster]:
     """Start a head plus one raylet per host, connect the driver, and always tear it all down."""
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": head_cpus, "object_store_memory": 128 * 2**20})
     sim = SimCluster(cluster)
     try:
         for host in hosts:
             env = host_env(host.shape, host.slice_name, host.worker_id)
-            if jax_cache_dir:
-                env["JAX_COMPILATION_CACHE_DIR"] = jax_cache_dir
             # The raylet (and every worker it starts) inherits the environment at this moment.
             with _env(env):
                 node = cluster.add_node(

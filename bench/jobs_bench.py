@@ -1,0 +1,223 @@
+"""Benchmark of the jobs on a simulated slice (`make bench`): three ratios, each against a baseline.
+
+    python bench/jobs_bench.py [--generation v6e --topology 4x4] [--reps 5] [--steps 8]
+
+1. submit -> every host in its first training step: `jobs.train` submitted through the Ray Jobs
+   API, against a bare `jax.distributed` launch of the same step in one process per host
+   (target <= 1.5x).
+2. training step FLOP/s (model FLOPs) against a dense matmul on the same devices, measured in the
+   same job right after training (target >= 0.7x).
+3. `reserve_slices` (our wrapper around `slice_placement_group`) until ready, against a raw
+   placement group of the same bundles (target <= 1.5x). Ray's own `slice_placement_group` path
+   (head claim plus a task that reads the slice name) is printed for context.
+
+A benchmark, not a test: it prints what it measures whether or not a target is met. It starts its
+own simulated cluster in build/bench-ray (so a running `jobs.local` is left alone) and stops it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))
+
+# The model of the benchmark's training step (jobs.train's defaults).
+MODEL_FLAGS = ["--d-model", "128", "--layers", "2", "--heads", "4", "--seq-len", "64", "--vocab", "256", "--batch-size", "64"]
+MATMUL_SIZE = 512  # per device: [512, 512] @ [512, 512]
+
+
+def bare_process(process_id: int, num_processes: int, port: int, argv: list[str]) -> None:
+    """One process of the baseline launch: join, build the same model, enter the first step."""
+    from jobs import train  # after the env is set: JAX reads it at import
+
+    import jax
+    import numpy as np
+
+    jax.distributed.initialize(f"127.0.0.1:{port}", num_processes, process_id, initialization_timeout=300)
+    from jobs.data import synthetic_tokens
+
+    _, config, *_ = train.parse_config(["--generation", argv[0], "--topology", argv[1], "--storage", "/unused", *MODEL_FLAGS])
+    state = train._State(config)
+    cfg = state.cfg
+    local = config.global_batch // num_processes
+    rows = np.arange(process_id * local, (process_id + 1) * local)
+    tokens = state.batch(synthetic_tokens(rows, cfg.seq_len, cfg.vocab))
+    entered = time.time()
+    state.step(tokens)
+    print(json.dumps({"process": process_id, "first_step_at": entered}), flush=True)
+    jax.distributed.shutdown()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def bare_launch(shape, timeout_s: float = 600) -> float:
+    """Seconds from spawning one process per host to the last one entering its first step."""
+    from jobs.local import cpu_jax_env
+
+    port = _free_port()
+    env = {**os.environ, **cpu_jax_env(shape), "PYTHONPATH": str(REPO_ROOT)}
+    started = time.time()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, __file__, "--bare-process", str(i), str(shape.hosts), str(port), shape.generation.name, shape.topology],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        for i in range(shape.hosts)
+    ]
+    entered = []
+    try:
+        for p in procs:
+            out, _ = p.communicate(timeout=timeout_s)
+            entered += [json.loads(line)["first_step_at"] for line in out.splitlines() if line.startswith("{")]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    if len(entered) != shape.hosts:
+        raise RuntimeError(f"the bare launch reported {len(entered)} of {shape.hosts} processes")
+    return max(entered) - started
+
+
+def wait_chips_free(shape, timeout_s: float = 10) -> None:
+    import ray
+
+    deadline = time.monotonic() + timeout_s
+    while ray.available_resources().get("TPU", 0) < shape.chips and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def placement_times(shape, reps: int) -> dict[str, float]:
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+    from ray.util.tpu import slice_placement_group
+
+    from jobs.slices import reserve_slices
+
+    ours, raw, ray_own = [], [], []
+    bundles = [{"CPU": 1, "TPU": shape.chips_per_host}] * shape.hosts
+    for _ in range(reps + 1):  # the first round warms the raylets' worker pools; not counted
+        wait_chips_free(shape)
+        with reserve_slices(shape, 1, timeout_s=60, name="bench") as reservation:
+            ours.append(reservation.ready_s)
+        wait_chips_free(shape)
+        start = time.perf_counter()
+        pg = placement_group(bundles, strategy="SPREAD")
+        assert pg.wait(60)
+        raw.append(time.perf_counter() - start)
+        remove_placement_group(pg)
+        wait_chips_free(shape)
+        start = time.perf_counter()
+        handle = slice_placement_group(shape.topology, shape.generation.ray_version, chips_per_vm=shape.chips_per_host)
+        assert handle.placement_group.wait(60)
+        ray_own.append(time.perf_counter() - start)
+        handle.shutdown()
+    return {"ours": statistics.median(ours[1:]), "raw": statistics.median(raw[1:]), "ray": statistics.median(ray_own[1:])}
+
+
+def submit_train(cluster, shape, steps: int, timeout_s: float) -> tuple[float, dict]:
+    from ray.job_submission import JobSubmissionClient
+
+    from jobs.demo import job_runtime_env, result_line
+
+    client = JobSubmissionClient(cluster.dashboard_url)
+    entrypoint = " ".join(
+        [
+            "python -m jobs.train",
+            f"--generation {shape.generation.name} --topology {shape.topology} --reserve-timeout 120",
+            f"--steps {steps} --checkpoint-every {steps} --name bench-{int(time.time())}",
+            *MODEL_FLAGS,
+            f"--matmul-baseline {MATMUL_SIZE}",
+        ]
+    )
+    submitted = time.time()
+    job = client.submit_job(entrypoint=entrypoint, runtime_env=job_runtime_env(shape))
+    deadline = time.monotonic() + timeout_s
+    while str(client.get_job_status(job).value) not in {"SUCCEEDED", "FAILED", "STOPPED"}:
+        if time.monotonic() > deadline:
+            client.stop_job(job)
+            raise TimeoutError(f"the training job did not finish within {timeout_s:.0f}s")
+        time.sleep(0.5)
+    logs = client.get_job_logs(job)
+    result = result_line(logs, "TRAIN")
+    if result is None:
+        raise RuntimeError(f"the training job failed:\n{logs[-3000:]}")
+    return submitted, result
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--bare-process"]:
+        bare_process(int(argv[1]), int(argv[2]), int(argv[3]), argv[4:])
+        return 0
+    parser = argparse.ArgumentParser(prog="python bench/jobs_bench.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--generation", default="v6e")
+    parser.add_argument("--topology", default="4x4")
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--timeout", type=float, default=900.0)
+    parser.add_argument("--state-dir", default=str(REPO_ROOT / "build" / "bench-ray"))
+    args = parser.parse_args(argv)
+
+    from infra import catalog
+    from jobs import local
+
+    shape = catalog.shape(args.generation, args.topology)
+    os.environ.update(local.ray_env(Path(args.state_dir).resolve() / "ray"))
+    rows = []
+    print(f"[bench] starting a simulated {shape}", flush=True)
+    cluster = local.up(shape, 1, args.state_dir, progress=lambda m: print(f"[bench] {m}", flush=True))
+    try:
+        import ray
+
+        ray.init(address=cluster.gcs_address, logging_level="warning", log_to_driver=False)
+        try:
+            print(f"[bench] placement: {args.reps} reservations each way", flush=True)
+            pg = placement_times(shape, args.reps)
+        finally:
+            ray.shutdown()
+        print("[bench] submitting jobs.train through the Ray Jobs API", flush=True)
+        submitted, result = submit_train(cluster, shape, args.steps, args.timeout)
+        ours_first_step = result["first_step_at"] - submitted
+        print(f"[bench] bare launch: {shape.hosts} processes with jax.distributed, same step", flush=True)
+        bare_first_step = bare_launch(shape)
+    finally:
+        print("[bench] stopping the simulated cluster", flush=True)
+        local.down(args.state_dir)
+
+    rows.append(("submit -> every host in step 1 (s)", ours_first_step, bare_first_step, ours_first_step / bare_first_step, "<= 1.5x", ours_first_step / bare_first_step <= 1.5))
+    step_flops, matmul_flops = result["flops_per_s"], result["matmul_flops_per_s"]
+    rows.append(("train step vs dense matmul (GFLOP/s)", step_flops / 1e9, matmul_flops / 1e9, step_flops / matmul_flops, ">= 0.7x", step_flops / matmul_flops >= 0.7))
+    rows.append(("reserve_slices ready vs raw PG (ms)", pg["ours"] * 1e3, pg["raw"] * 1e3, pg["ours"] / pg["raw"], "<= 1.5x", pg["ours"] / pg["raw"] <= 1.5))
+
+    print()
+    print(f"jobs benchmark on a simulated {shape} (JAX on CPU, {os.cpu_count()} cores)")
+    print(f"{'metric':40} {'ours':>10} {'baseline':>10} {'ratio':>8} {'target':>8}  met")
+    for name, ours, base, ratio, target, met in rows:
+        print(f"{name:40} {ours:10.3f} {base:10.3f} {ratio:7.2f}x {target:>8}  {'yes' if met else 'NO'}")
+    print(
+        f"context: Ray's slice_placement_group alone {pg['ray'] * 1e3:.1f} ms ({pg['ray'] / pg['raw']:.1f}x raw); "
+        f"train step {result['step_time_s'] * 1e3:.0f} ms, first step with compilation {result['compile_s']:.1f} s; "
+        f"worker started {result.get('worker_started_at', submitted) - submitted:.1f} s after submit, "
+        f"model built at {result.get('state_built_at', submitted) - submitted:.1f} s"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
