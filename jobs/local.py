@@ -18,7 +18,6 @@ names when they start, so starting them together makes them collide), each with 
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -428,8 +427,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(
                 f"[local] up in {time.monotonic() - started:.0f}s: {target.describe()}\n"
                 f"  dashboard / jobs API: {cluster.dashboard_url}\n"
-                f"  submit: RAY_ADDRESS={cluster.dashboard_url} ray job submit --working-dir . "
-                f"--runtime-env-json '{json.dumps({'env_vars': cpu_jax_env(cluster.shape)})}' -- "
+                # The nodes already run JAX on CPU, one device per chip: no runtime env needed.
+                f"  submit: ray job submit --address {cluster.dashboard_url} --working-dir . -- "
                 f"python -m jobs.healthcheck --generation {cluster.generation} --topology {cluster.topology} "
                 f"--slices {cluster.slices}\n"
                 f"  state and logs: {cluster.state_dir}"

@@ -8,12 +8,15 @@ How a slice is claimed, and why we claim its head ourselves: Ray marks worker 0 
 slice with a `TPU-<pod type>-head` resource. A one-bundle placement group on that resource claims
 the slice exclusively; a second placement group, one bundle per host, label-selected on that slice's
 `ray.io/tpu-slice-name`, then gang-schedules its hosts. `slice_placement_group` does the same, but
-reads the slice name by running a task (an unbounded `ray.get`, and a worker start: ~1 s on a small
-machine) and gives every slice the whole timeout. We claim the heads with one shared deadline, read
-the slice name from the node's labels, and hand the names to `slice_placement_group` through
-`bundle_label_selector`, which then creates only the worker placement group. The head placement
-groups are kept until the work is done: releasing them earlier would let another job claim a
-slice whose hosts we are using (its head would look free).
+(a) its head claim may land on any free head, including that of a slice which has lost a host or
+whose hosts another job uses, and then waits for hosts that never come while a whole slice sits
+idle; (b) it reads the slice name by running a task (an unbounded `ray.get`, and a worker start:
+~0.1-1 s); (c) it gives every slice the whole timeout. So we look at the inventory first and claim
+only heads of slices that are whole and idle (`ray.io/tpu-slice-name in (...)`), with one shared
+deadline, read the slice name from the node's labels, and hand the names to
+`slice_placement_group` through `bundle_label_selector`, which then creates only the worker
+placement group. The head placement groups are kept until the work is done: releasing them earlier
+would let another job claim a slice whose hosts we are using (its head would look free).
 
 Bundle index is not the TPU worker id: Ray may put bundle 0 on any host of the slice. JAX process
 ids follow (slice index, `ray.io/tpu-worker-id`), so the coordinator is worker 0 of slice 0.
@@ -386,7 +389,6 @@ def reserve_slices(
     Raises `SliceUnavailableError` (after releasing what it held) when they are not free in time.
     """
     import ray
-    from ray.util.placement_group import placement_group
     from ray.util.tpu import slice_placement_group
 
     start = time.monotonic()
@@ -442,11 +444,13 @@ def _claim_heads(
 
     head = {f"TPU-{shape.pod_type}-head": 1}
     attempt = 0
+    why = ""
     while True:
         inventory, _, nodes = cluster_inventory(shape)
         nodes_by_id.clear()
         nodes_by_id.update((n["NodeID"], n) for n in nodes)
         candidates = [s.name for s in inventory if s.idle]
+        why = f"only {len(candidates)} of the {slices} slice(s) needed are whole and idle"
         if len(candidates) >= slices:
             where = {WORKER_ID_LABEL: "0", POD_TYPE_LABEL: shape.pod_type, SLICE_NAME_LABEL: f"in({','.join(candidates)})"}
             batch = [placement_group([head], bundle_label_selector=[where], name=f"{tag}-head-{attempt}-{i}") for i in range(slices)]
@@ -458,8 +462,9 @@ def _claim_heads(
             _release(batch, None)
             del heads[-len(batch) :]
             attempt += 1
+            why = f"{slices} whole idle slice(s) were there, but their heads were claimed by others first"
         if _remaining(deadline) <= 0:
-            raise TimeoutError(f"only {len(candidates)} of the {slices} slice(s) needed are whole and idle")
+            raise TimeoutError(why)
         time.sleep(min(CLAIM_POLL_S, _remaining(deadline)))
 
 

@@ -36,6 +36,7 @@ from jobs import cli
 from jobs.model import ModelConfig, flops_per_token, param_count
 from jobs.slices import SliceUnavailableError, wait_for_slices
 
+DRIVER_STARTED_AT = time.time()  # for the benchmark's timeline: when this module was imported
 STORAGE_ENV = "JOBS_STORAGE_PATH"
 # Variables the workers need from the job's environment: on the simulation they select JAX's CPU
 # branch of Ray Train's JAX backend and one CPU device per chip.
@@ -87,6 +88,8 @@ class TrainResult:
     devices: int
     processes: int
     first_step_at: float  # wall clock when the last host entered its first step
+    driver_started_at: float  # wall clock when the job's driver (this module) began
+    fit_started_at: float  # ...and when it called JaxTrainer.fit()
     worker_started_at: float  # wall clock when rank 0's training function began
     state_built_at: float  # ...and when its model and optimizer were ready (sharded)
     matmul_flops_per_s: float | None
@@ -213,9 +216,9 @@ class _State:
                 f"the newest checkpoint in {directory} is of another model ({meta['model']}, this run: "
                 f"{self.cfg.to_dict()}); pass another --name to start a new run"
             )
-        stored = np.load(directory / "state.npz")
         leaves, tree = jax.tree.flatten((self.params, self.opt_state))
-        arrays = [stored[f"arr_{i}"] for i in range(len(leaves))]
+        with np.load(directory / "state.npz") as stored:
+            arrays = [stored[f"arr_{i}"] for i in range(len(leaves))]
         restored = [_shard(a, leaf.sharding) for leaf, a in zip(leaves, arrays)]
         self.params, self.opt_state = jax.tree.unflatten(tree, restored)
         return int(meta["step"])
@@ -289,11 +292,14 @@ def train_loop_per_worker(config_dict: dict[str, Any]) -> None:
     )
     # Starting Ray Data's pipeline takes seconds (coordinator, tasks, workers): overlap it with
     # building the model instead of waiting for it at the first step.
-    with ThreadPoolExecutor(1) as pool:
+    pool = ThreadPoolExecutor(1)
+    try:
         first_batch = pool.submit(next, batches, None)
         state = _State(config)
         timeline["state_built_at"] = time.time()
-        first = first_batch.result(timeout=DATA_TIMEOUT_S)
+        first = first_batch.result(timeout=DATA_TIMEOUT_S)  # bounded; raises TimeoutError
+    finally:
+        pool.shutdown(wait=False)  # never block on a stuck pipeline here
     # Logged, not printed: Ray Train's print patch would send each line to stdout and stderr.
     say = logging.getLogger("jobs.train").info if rank == 0 else (lambda *a, **k: None)
 
@@ -399,7 +405,7 @@ def run_training(target: cli.SliceTarget, config: TrainConfig, name: str, storag
         worker_runtime_env={"env_vars": {k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}},
     )
     cfg = ModelConfig(**config.model)
-    dataset = synthetic_dataset(config.steps * config.global_batch, cfg.seq_len, cfg.vocab, blocks=target.hosts)
+    dataset = synthetic_dataset(config.steps * config.global_batch, cfg.seq_len, cfg.vocab)
     trainer = JaxTrainer(
         train_loop_per_worker,
         train_loop_config=asdict(config),
@@ -407,6 +413,7 @@ def run_training(target: cli.SliceTarget, config: TrainConfig, name: str, storag
         run_config=run_config,
         datasets={"train": dataset},
     )
+    fit_started_at = time.time()
     result = trainer.fit()
     m = result.metrics or {}
     if m.get("already_done"):
@@ -431,6 +438,8 @@ def run_training(target: cli.SliceTarget, config: TrainConfig, name: str, storag
         devices=int(m["devices"]),
         processes=int(m["processes"]),
         first_step_at=float(m["first_step_at"]),
+        driver_started_at=DRIVER_STARTED_AT,
+        fit_started_at=fit_started_at,
         worker_started_at=float(m.get("worker_started_at", 0.0)),
         state_built_at=float(m.get("state_built_at", 0.0)),
         matmul_flops_per_s=m.get("matmul_flops_per_s"),
