@@ -36,8 +36,9 @@ WORKING_DIR_EXCLUDES = [
     ".gen",
 ]
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
-# Lines that say nothing to a person watching (16 per all-reduce set-up on the simulation).
-NOISE = ("[Gloo] Rank", "Reporting training result")
+# Lines that say nothing to a person watching: 16 per all-reduce set-up on the simulation, Ray
+# Train's per-rank report echo, and the machine-readable result lines (the summary shows them).
+NOISE = ("[Gloo] Rank", "Reporting training result", "HEALTHCHECK {", "TRAIN {")
 
 
 @dataclass(frozen=True)
