@@ -1,0 +1,59 @@
+"""`python -m jobs.submit` for real against a local simulated slice (the same Jobs API path a laptop
+takes to GKE, minus the port-forward): a whole slice succeeds, a failing job exits 1."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import pytest
+import yaml
+
+from infra import catalog
+from jobs import local
+from jobs.submit import REPO
+
+SHAPE = catalog.shape("v6e", "2x2")  # one 4-chip host: the smallest real slice, quick to start
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    state = tempfile.mkdtemp(prefix="js-", dir="/tmp")  # short: Ray's socket paths are limited
+    try:
+        yield local.up(SHAPE, 1, state, host_cpus=2, head_cpus=2)
+    finally:
+        local.down(state)
+        shutil.rmtree(state, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def env_file(tmp_path_factory):
+    # A config whose first slice group is the simulated shape, with no pip installs (offline here).
+    path = tmp_path_factory.mktemp("env") / "sim.yaml"
+    path.write_text(yaml.safe_dump({
+        "project": "my-gcp-project", "region": "us-east5", "zone": "us-east5-b", "cluster_name": "sim",
+        "slice_groups": [{"name": "v6e-2x2", "generation": "v6e", "topology": "2x2"}],
+    }))
+    return path
+
+
+def submit(cluster, env_file, *job_args: str) -> subprocess.CompletedProcess:
+    env_vars = [f"--env-var={k}={v}" for k, v in local.cpu_jax_env(SHAPE).items()]
+    cmd = [sys.executable, "-m", "jobs.submit", "healthcheck", "--env", str(env_file), "--address", cluster.dashboard_url,
+           "--timeout", "300", *env_vars, "--", "--reserve-timeout", "120", *job_args]
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=400)
+
+
+def test_healthcheck_through_submit_succeeds(cluster, env_file):
+    proc = submit(cluster, env_file)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "submitted " in proc.stdout and "job succeeded" in proc.stdout
+    assert "--generation v6e --topology 2x2" in proc.stdout  # the shape came from the config
+
+
+def test_failing_job_exits_one(cluster, env_file):
+    proc = submit(cluster, env_file, "--topology", "9x9")  # the job itself rejects this (exit 2)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "job failed" in proc.stdout and "9x9" in proc.stdout
