@@ -5,6 +5,7 @@ when a raylet does not come up."""
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -17,19 +18,22 @@ from jobs import demo, local
 SHAPE = catalog.shape("v6e", "2x2")
 
 
-def short_state_dir() -> Path:
+@pytest.fixture
+def short_state_dir(ray_tmp):
     # Short on purpose: Ray's unix socket paths under it must stay under 108 bytes.
-    return Path(tempfile.mkdtemp(prefix="jl-", dir="/tmp"))
+    path = Path(tempfile.mkdtemp(prefix="jl-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    state_dir = short_state_dir()
-    started = local.up(SHAPE, 1, state_dir, host_cpus=2, head_cpus=2)
+    state_dir = Path(tempfile.mkdtemp(prefix="jl-", dir="/tmp"))
     try:
-        yield started
+        yield local.up(SHAPE, 1, state_dir, host_cpus=2, head_cpus=2)
     finally:
         local.down(state_dir)
+        shutil.rmtree(state_dir, ignore_errors=True)
 
 
 def test_up_starts_a_labelled_slice_whose_files_stay_in_the_state_dir(cluster):
@@ -79,8 +83,8 @@ def test_down_stops_every_node_and_forgets_the_cluster(cluster):
     assert local.down(cluster.state_dir) is None  # idempotent
 
 
-def test_a_raylet_that_does_not_come_up_fails_up_clearly_and_leaves_nothing(ray_tmp):
-    state_dir = short_state_dir()
+def test_a_raylet_that_does_not_come_up_fails_up_clearly_and_leaves_nothing(short_state_dir):
+    state_dir = short_state_dir
     started = time.monotonic()
     with pytest.raises(local.LocalClusterError) as caught:
         local.up(SHAPE, 1, state_dir, node_timeout_s=0.5, head_cpus=1)
