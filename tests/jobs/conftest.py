@@ -7,11 +7,12 @@ at most: starting one costs 15-35 s on 2 cores); `tests/jobs/sim.py` builds them
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 
 import pytest
+
+from tests.jobs.sim import patched_environ
 
 
 @pytest.fixture(scope="package", autouse=True)
@@ -24,14 +25,8 @@ def ray_tmp():
         "RAY_USAGE_STATS_ENABLED": "0",
         "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",  # nodes stop at once (no Serve to drain)
     }
-    saved = {k: os.environ.get(k) for k in settings}
-    os.environ.update(settings)
     try:
-        yield tmp
+        with patched_environ(settings):
+            yield tmp
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
         shutil.rmtree(tmp, ignore_errors=True)

@@ -41,7 +41,8 @@ class SimCluster:
 
 
 @contextlib.contextmanager
-def _env(values: dict[str, str]) -> Iterator[None]:
+def patched_environ(values: dict[str, str]) -> Iterator[None]:
+    """Set environment variables for the block, then restore what was there."""
     saved = {k: os.environ.get(k) for k in values}
     os.environ.update(values)
     try:
@@ -63,7 +64,7 @@ def simulated_cluster(hosts: Sequence[SimHost], head_cpus: int = 4) -> Iterator[
         for host in hosts:
             env = host_env(host.shape, host.slice_name, host.worker_id)
             # The raylet (and every worker it starts) inherits the environment at this moment.
-            with _env(env):
+            with patched_environ(env):
                 node = cluster.add_node(
                     num_cpus=2, resources={"TPU": host.shape.chips_per_host}, object_store_memory=96 * 2**20
                 )
