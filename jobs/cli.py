@@ -81,7 +81,6 @@ def positive_seconds(text: str) -> float:
     return positive_number(text, "seconds")
 
 
-
 def add_slice_flags(parser: argparse.ArgumentParser, *, reserve_timeout: bool = True) -> None:
     group = parser.add_argument_group("slice")
     group.add_argument(
@@ -112,6 +111,46 @@ def add_slice_flags(parser: argparse.ArgumentParser, *, reserve_timeout: bool = 
             help=f"give up reserving the slices after this long (default: {DEFAULT_RESERVE_TIMEOUT_S:.0f}, "
             "enough for GKE to scale a slice pool up from zero)",
         )
+
+
+def add_fault_flags(
+    parser: argparse.ArgumentParser, *, step_timeout_s: float, max_failures: int = 0, max_preemptions: int = 3
+) -> None:
+    """The retry budgets and the hang bound (see jobs/driver.py and jobs/progress.py)."""
+    group = parser.add_argument_group("faults")
+    group.add_argument(
+        "--max-preemptions",
+        type=non_negative_int,
+        default=max_preemptions,
+        metavar="N",
+        help=f"reruns, each on a whole slice, after a host is preempted or lost or the run hangs (default {max_preemptions})",
+    )
+    group.add_argument(
+        "--max-failures",
+        type=non_negative_int,
+        default=max_failures,
+        metavar="N",
+        help=f"reruns after an infrastructure failure such as a crashed worker (default {max_failures}); "
+        "an error in the job's own code is never rerun",
+    )
+    group.add_argument(
+        "--step-timeout",
+        type=positive_seconds,
+        default=step_timeout_s,
+        metavar="SECONDS",
+        help=f"a step that makes no progress for this long counts as a lost host (default {step_timeout_s:.0f}; "
+        "the first step includes compilation)",
+    )
+
+
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number; use 0 or more") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is not allowed; use 0 or more")
+    return value
 
 
 def _load_env(parser: argparse.ArgumentParser, args: argparse.Namespace, needed: bool) -> Environment | None:

@@ -25,9 +25,14 @@ from typing import Sequence
 from infra import catalog
 
 from jobs import cli
-from jobs.slices import JaxProcess, SliceUnavailableError, initialize_jax, missing_worker_ids, reserve_slices, run_per_host
+from jobs import progress
+from jobs.driver import RetryBudget, RunReport, run_on_slices
+from jobs.outcomes import Cancelled, Succeeded
+from jobs.slices import JaxProcess, initialize_jax, missing_worker_ids
 
 AXIS = "chips"
+# A healthcheck step (joining, one all-reduce) takes seconds; minutes of silence is a hang.
+DEFAULT_STEP_TIMEOUT_S = 300.0
 
 
 # --- pure checks -------------------------------------------------------------------------------
@@ -167,6 +172,7 @@ def allreduce_on_host(process: JaxProcess, payload_bytes: int, iters: int, init_
     import ray
 
     initialize_jax(process, init_timeout_s)
+    progress.beat("joined")
     import jax
     import numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
@@ -194,10 +200,12 @@ def allreduce_on_host(process: JaxProcess, payload_bytes: int, iters: int, init_
                 values.update(float(v) for v in np.unique(data))
                 ok = ok and allreduce_is_correct(np.unique(data).tolist(), n)
             times = []
-            for _ in range(iters):
+            progress.beat(f"all-reduce of {per_device} per device compiled")
+            for i in range(iters):
                 start = time.perf_counter()
                 allreduce(x).block_until_ready()
                 times.append(time.perf_counter() - start)
+                progress.beat(f"all-reduce of {per_device} per device, iteration {i + 1}")
             return statistics.median(times), ok, values
 
         latency, small_ok, values = run(1)
@@ -228,20 +236,35 @@ def allreduce_on_host(process: JaxProcess, payload_bytes: int, iters: int, init_
 
 
 def run_healthcheck(
-    target: cli.SliceTarget, payload_mb: float = 4.0, iters: int = 5, timeout_s: float = 600.0
-) -> HealthcheckResult:
-    """Reserve, run one process per host, summarise. Needs `ray.init()` done."""
-    timeout = target.reserve_timeout_s or cli.DEFAULT_RESERVE_TIMEOUT_S
-    with reserve_slices(target.shape, target.slices, timeout, name="healthcheck") as reservation:
-        reports = run_per_host(
-            reservation,
-            allreduce_on_host,
-            int(payload_mb * 2**20),
-            iters,
-            int(min(timeout_s, 300)),
-            timeout_s=timeout_s,
-        )
-        return summarize(reports, target.shape, target.slices, target.describe(), reservation.ready_s)
+    target: cli.SliceTarget,
+    payload_mb: float = 4.0,
+    iters: int = 5,
+    timeout_s: float = 600.0,
+    budget: RetryBudget = RetryBudget(),
+    step_timeout_s: float | None = DEFAULT_STEP_TIMEOUT_S,
+) -> RunReport:
+    """Reserve, run one process per host, summarise; rerun on a whole slice after a lost host.
+    Needs `ray.init()` done. The report's value is a `HealthcheckResult` when an attempt succeeded."""
+    reserve_timeout = target.reserve_timeout_s or cli.DEFAULT_RESERVE_TIMEOUT_S
+    report = run_on_slices(
+        target.shape,
+        target.slices,
+        allreduce_on_host,
+        int(payload_mb * 2**20),
+        iters,
+        int(min(timeout_s, 300)),
+        budget=budget,
+        reserve_timeout_s=reserve_timeout,
+        timeout_s=timeout_s,
+        step_timeout_s=step_timeout_s,
+        name="healthcheck",
+        log=lambda line: print(line, flush=True),
+    )
+    if report.ok:
+        last = report.attempts[-1]
+        result = summarize(report.value, target.shape, target.slices, target.describe(), last.reserve_s)
+        return RunReport(Succeeded(result), report.attempts)
+    return report
 
 
 def connect_ray() -> None:
@@ -264,7 +287,8 @@ def _parser() -> cli.JobArgumentParser:
     cli.add_slice_flags(parser)
     parser.add_argument("--payload-mb", type=cli.positive_number, default=4.0, metavar="MIB", help="all-reduce size per chip (default 4)")
     parser.add_argument("--iters", type=cli.positive_int, default=5, help="timed repetitions (default 5)")
-    parser.add_argument("--timeout", type=cli.positive_seconds, default=600.0, metavar="SECONDS", help="bound on the per-host work (default 600)")
+    parser.add_argument("--timeout", type=cli.positive_seconds, default=600.0, metavar="SECONDS", help="bound on the per-host work of one attempt (default 600)")
+    cli.add_fault_flags(parser, step_timeout_s=DEFAULT_STEP_TIMEOUT_S)
     return parser
 
 
@@ -272,13 +296,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, target = cli.parse(_parser(), argv)
     print(f"healthcheck: reserving {target.describe()} (timeout {target.reserve_timeout_s:.0f}s)", flush=True)
     connect_ray()
-    try:
-        result = run_healthcheck(target, args.payload_mb, args.iters, args.timeout)
-    except (SliceUnavailableError, TimeoutError) as err:
-        print(f"healthcheck FAILED: {err}", file=sys.stderr, flush=True)
-        return 1
+    report = run_healthcheck(
+        target, args.payload_mb, args.iters, args.timeout, RetryBudget.from_args(args), args.step_timeout
+    )
+    if not report.ok:
+        print(f"healthcheck FAILED ({report.outcome.kind}): {report.outcome.reason}", file=sys.stderr, flush=True)
+        return 130 if isinstance(report.outcome, Cancelled) else 1
+    result = report.value
     print(result.summary(), flush=True)
-    print("HEALTHCHECK " + json.dumps(result.to_json()), flush=True)
+    if len(report.attempts) > 1:
+        print("  attempts:\n" + "\n".join(f"    {a.describe()}" for a in report.attempts), flush=True)
+    print("HEALTHCHECK " + json.dumps({**result.to_json(), "attempts": len(report.attempts)}), flush=True)
     return 0 if result.ok else 1
 
 

@@ -573,36 +573,87 @@ def run_per_host(
     fn: Callable[..., Any],
     *args: Any,
     timeout_s: float,
+    step_timeout_s: float | None = None,
     runtime_env: Mapping[str, Any] | None = None,
+    on_start: Callable[[Reservation, Sequence[JaxProcess]], None] | None = None,
     **kwargs: Any,
 ) -> list[Any]:
     """Run `fn(process: JaxProcess, *args, **kwargs)` once on every reserved host, with all of its
-    chips, and return the results in process order. Bounded: on timeout the tasks are cancelled.
+    chips, and return the results in process order.
+
+    Bounded three ways: the whole run by `timeout_s` (`TimeoutError`); silence by `step_timeout_s`,
+    if given (`NoProgressError` when no host called `jobs.progress.beat()` for that long); and the
+    first host to fail ends the run at once with that host's error, instead of waiting for the
+    others, which are usually blocked in a collective with it. Every other task is then cancelled.
+    `on_start(reservation, processes)` is called once the JAX processes are known.
 
     Each task runs in a fresh worker process (`max_calls=1`): `jax.distributed` can only be
     initialized once per process, and it must not leak into the next job's tasks.
     """
     import ray
 
+    from jobs import progress
+    from jobs.outcomes import NoProgressError
+
     deadline = time.monotonic() + timeout_s
     extra = {"runtime_env": dict(runtime_env)} if runtime_env else {}
     port_task = ray.remote(_free_port).options(**reservation.host_options(reservation.coordinator, resources={}))
     port = ray.get(port_task.remote(), timeout=_remaining(deadline))
     processes = jax_processes(reservation.hosts, reservation.slices, port)
-    task = ray.remote(max_calls=1)(fn)
+    if on_start:
+        on_start(reservation, processes)
+    board = _progress_board(len(processes)) if step_timeout_s else None
+    # max_retries=0: Ray would otherwise rerun a dead host's task by itself on a recreated node, with
+    # the old coordinator, while the driver reruns the whole slice; the driver owns retries.
+    task = ray.remote(max_calls=1, max_retries=0)(_host_task)
     refs = [
-        task.options(**reservation.host_options(host, **extra)).remote(process, *args, **kwargs)
+        task.options(name=getattr(fn, "__name__", "host_task"), **reservation.host_options(host, **extra)).remote(
+            board, fn, process, *args, **kwargs
+        )
         for host, process in zip(reservation.hosts, processes)
     ]
+    running = dict(zip(refs, range(len(refs))))  # ref -> process id
     try:
-        return ray.get(refs, timeout=_remaining(deadline))
-    except ray.exceptions.GetTimeoutError:
-        for ref in refs:
-            with contextlib.suppress(Exception):
-                ray.cancel(ref, force=True)
-        raise TimeoutError(f"the per-host tasks did not finish within {timeout_s:.0f}s") from None
+        while running:
+            ready, _ = ray.wait(list(running), num_returns=1, timeout=min(1.0, _remaining(deadline)))
+            for ref in ready:
+                ray.get(ref)  # raises now if this host failed
+                del running[ref]
+            if ready:
+                continue
+            if _remaining(deadline) <= 0:
+                raise TimeoutError(f"the per-host tasks did not finish within {timeout_s:.0f}s")
+            if board is not None:
+                silent = progress.stalled(ray.get(board.silence.remote(), timeout=30), running.values(), step_timeout_s)
+                if silent:
+                    where = [f"worker {h.worker_id} of slice {h.slice_name}" for h in reservation.hosts]
+                    raise NoProgressError(progress.describe_silence(silent, step_timeout_s, where))
+        return ray.get(refs, timeout=30)
     except BaseException:
-        for ref in refs:  # one host failed or Ctrl-C: do not leave the others blocked in a collective
+        for ref in refs:  # one host failed, a bound ran out, or Ctrl-C: free the others
             with contextlib.suppress(Exception):
                 ray.cancel(ref, force=True)
         raise
+    finally:
+        if board is not None:
+            with contextlib.suppress(Exception):
+                ray.kill(board)
+
+
+def _host_task(board: Any, fn: Callable[..., Any], process: JaxProcess, *args: Any, **kwargs: Any) -> Any:
+    """What runs on each host: connect `jobs.progress.beat()` to the run's board, then the job."""
+    from jobs import progress
+
+    progress.attach(board, process.process_id)
+    return fn(process, *args, **kwargs)
+
+
+def _progress_board(hosts: int) -> Any:
+    """A `ProgressBoard` actor on the driver's node: a lost TPU host must not take it along."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from jobs.progress import ProgressBoard
+
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
+    return ray.remote(ProgressBoard).options(num_cpus=0, scheduling_strategy=here).remote(hosts)

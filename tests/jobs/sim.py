@@ -39,6 +39,18 @@ class SimCluster:
     def remove_host(self, slice_name: str, worker_id: int) -> None:
         self.cluster.remove_node(self.nodes.pop((slice_name, worker_id)))
 
+    def kill_host(self, slice_name: str, worker_id: int) -> None:
+        """SIGKILL the host's raylet and its workers, as when a TPU VM is preempted or dies."""
+        self.cluster.remove_node(self.nodes.pop((slice_name, worker_id)), allow_graceful=False)
+
+    def add_host(self, host: SimHost) -> None:
+        """Start a raylet for `host` (GKE recreating a lost TPU VM with the same name and id)."""
+        env = host_env(host.shape, host.slice_name, host.worker_id)
+        # The raylet (and every worker it starts) inherits the environment at this moment.
+        with patched_environ(env):
+            node = self.cluster.add_node(num_cpus=2, resources={"TPU": host.shape.chips_per_host}, object_store_memory=96 * 2**20)
+        self.nodes[(host.slice_name, host.worker_id)] = node
+
 
 @contextlib.contextmanager
 def patched_environ(values: dict[str, str]) -> Iterator[None]:
@@ -62,13 +74,7 @@ def simulated_cluster(hosts: Sequence[SimHost], head_cpus: int = 4) -> Iterator[
     sim = SimCluster(cluster)
     try:
         for host in hosts:
-            env = host_env(host.shape, host.slice_name, host.worker_id)
-            # The raylet (and every worker it starts) inherits the environment at this moment.
-            with patched_environ(env):
-                node = cluster.add_node(
-                    num_cpus=2, resources={"TPU": host.shape.chips_per_host}, object_store_memory=96 * 2**20
-                )
-            sim.nodes[(host.slice_name, host.worker_id)] = node
+            sim.add_host(host)
         ray.init(address=cluster.address, logging_level="warning", log_to_driver=False)
         yield sim
     finally:

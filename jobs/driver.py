@@ -1,0 +1,192 @@
+"""The run driver: reserve whole slices, run on every host, and rerun on a whole slice when a host
+is lost, within separate budgets for lost hosts and for failures.
+
+    report = run_on_slices(shape, slices, fn, *args, budget=RetryBudget(...), reserve_timeout_s=...,
+                           timeout_s=..., step_timeout_s=...)
+
+Each attempt is one `reserve_slices` + `run_per_host`, so it gets a fresh reservation and fresh JAX
+processes: the coordinator address, process ids and `MEGASCALE_*` variables are recomputed from the
+hosts of that attempt, never carried over from a slice that is gone. Between attempts the whole
+reservation is released (the `with` block ends before the next one starts), so no half-held slice
+blocks anyone, and the next reservation waits, bounded by `reserve_timeout_s`, for slices that are
+whole and idle: a slice still missing its lost host is skipped, not waited on.
+
+What an attempt's exception means is `jobs.outcomes.classify`'s job (pure); what to do about it is
+`decide` (pure): a lost host (preempted, died, or silent past the step timeout) is rerun while the
+lost-host budget lasts, an infrastructure failure while the failure budget lasts, and a user error
+or a cancellation never.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+from infra import catalog
+
+from jobs.outcomes import Cancelled, Failed, HostLost, Outcome, Succeeded, classify
+from jobs.slices import Host, JaxProcess, Reservation, SliceUnavailableError, reserve_slices, run_per_host
+
+# After a host task fails, how long to wait for the GCS to notice a dead node (its health check
+# needs a few seconds), so that a host killed mid-run is reported as lost rather than as a crash.
+NODE_DEATH_GRACE_S = 20.0
+
+
+@dataclass(frozen=True)
+class RetryBudget:
+    """How many reruns each kind of fault gets (`--max-preemptions`, `--max-failures`). A user error
+    and a cancellation get none."""
+
+    max_preemptions: int = 3  # a host preempted, died, or silent past the step timeout
+    max_failures: int = 0  # infrastructure failures: a crashed worker, a bounded wait that ran out
+
+    @classmethod
+    def from_args(cls, args: Any) -> RetryBudget:
+        return cls(max_preemptions=args.max_preemptions, max_failures=args.max_failures)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    number: int  # from 1
+    outcome: Outcome
+    slice_names: tuple[str, ...]
+    coordinator: str | None  # "ip:port" of this attempt's JAX coordinator
+    seconds: float
+    reserve_s: float = 0.0  # how long the reservation took
+
+    def describe(self) -> str:
+        where = f" on {', '.join(self.slice_names)}" if self.slice_names else ""
+        coordinator = f" (coordinator {self.coordinator})" if self.coordinator else ""
+        reason = "" if isinstance(self.outcome, Succeeded) else f": {self.outcome.reason}"
+        return f"attempt {self.number}{where}{coordinator}: {self.outcome.kind} after {self.seconds:.1f}s{reason}"
+
+
+@dataclass(frozen=True)
+class RunReport:
+    outcome: Outcome  # of the last attempt
+    attempts: tuple[Attempt, ...]
+
+    @property
+    def ok(self) -> bool:
+        return isinstance(self.outcome, Succeeded)
+
+    @property
+    def value(self) -> Any:
+        return self.outcome.value if isinstance(self.outcome, Succeeded) else None
+
+    def describe(self) -> str:
+        return "\n".join(a.describe() for a in self.attempts)
+
+
+def decide(outcome: Outcome, attempts: Sequence[Outcome], budget: RetryBudget) -> str | None:
+    """Rerun after `outcome`? None to rerun, else why not (pure). `attempts` are the outcomes so far,
+    `outcome` included."""
+    if isinstance(outcome, Succeeded):
+        return "succeeded"
+    if isinstance(outcome, Cancelled):
+        return "cancelled: not rerun"
+    if isinstance(outcome, Failed) and outcome.user_error:
+        return "a user error: not rerun (it would fail the same way)"
+    if isinstance(outcome, Failed) and outcome.no_slice:
+        return "no whole slice within --reserve-timeout: not rerun"
+    if isinstance(outcome, HostLost):
+        used = sum(isinstance(o, HostLost) for o in attempts)
+        limit, flag = budget.max_preemptions, "--max-preemptions"
+    else:
+        used = sum(isinstance(o, Failed) and not o.user_error for o in attempts)
+        limit, flag = budget.max_failures, "--max-failures"
+    return None if used <= limit else f"{used} {outcome.kind} fault(s), more than {flag} {limit}"
+
+
+def lost_hosts(hosts: Sequence[Host], nodes: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The reserved hosts whose nodes are no longer alive, described (pure: takes `ray.nodes()`)."""
+    alive = {n.get("NodeID") for n in nodes if n.get("Alive")}
+    return [f"worker {h.worker_id} of slice {h.slice_name}" for h in hosts if h.node_id not in alive]
+
+
+def _wait_for_lost_hosts(hosts: Sequence[Host], error: BaseException) -> list[str]:
+    """Dead reserved hosts, waiting (bounded) for the GCS to notice when the error looks like one."""
+    import ray
+
+    deadline = time.monotonic() + (NODE_DEATH_GRACE_S if may_be_node_death(error) else 0.0)
+    while True:
+        try:
+            dead = lost_hosts(hosts, ray.nodes())
+        except Exception:  # the GCS itself is unreachable: nothing to add
+            return []
+        if dead or time.monotonic() >= deadline:
+            return dead
+        time.sleep(0.5)
+
+
+def may_be_node_death(error: BaseException) -> bool:
+    """Could `error` come from a node that is dying but not yet marked dead? A crashed worker or a
+    broken collective can; a user error, a cancellation or one of our own timeouts cannot (pure)."""
+    if isinstance(error, TimeoutError):
+        return False
+    outcome = classify(error)
+    return isinstance(outcome, HostLost) or (isinstance(outcome, Failed) and not outcome.user_error)
+
+
+def run_on_slices(
+    shape: catalog.SliceShape,
+    slices: int,
+    fn: Callable[..., Any],
+    *args: Any,
+    budget: RetryBudget,
+    reserve_timeout_s: float,
+    timeout_s: float,
+    step_timeout_s: float | None = None,
+    name: str = "jobs",
+    log: Callable[[str], None] = print,
+    runtime_env: Mapping[str, Any] | None = None,
+    **kwargs: Any,
+) -> RunReport:
+    """Run `fn(process, *args, **kwargs)` on every host of `slices` whole slices until it succeeds,
+    fails for good, or a budget runs out. Needs `ray.init()` done. Never raises for a run's fault:
+    the report's outcome says what happened; Ctrl-C ends in `Cancelled`."""
+    attempts: list[Attempt] = []
+    while True:
+        number = len(attempts) + 1
+        started = time.monotonic()
+        seen: dict[str, Any] = {"slices": (), "coordinator": None, "reserve_s": 0.0}
+
+        def started_on(reservation: Reservation, processes: Sequence[JaxProcess]) -> None:
+            seen["slices"] = reservation.slice_names
+            seen["coordinator"] = processes[0].coordinator_address
+            seen["reserve_s"] = reservation.ready_s
+            log(f"{name}: attempt {number} on {', '.join(seen['slices'])}, coordinator {seen['coordinator']}")
+
+        hosts: tuple[Host, ...] = ()
+        try:
+            with reserve_slices(shape, slices, reserve_timeout_s, name=name) as reservation:
+                hosts = reservation.hosts
+                try:
+                    value = run_per_host(
+                        reservation,
+                        fn,
+                        *args,
+                        timeout_s=timeout_s,
+                        step_timeout_s=step_timeout_s,
+                        runtime_env=runtime_env,
+                        on_start=started_on,
+                        **kwargs,
+                    )
+                    outcome: Outcome = Succeeded(value)
+                except Exception as err:
+                    # Still inside the reservation: look for dead hosts before anything is released.
+                    outcome = classify(err, _wait_for_lost_hosts(hosts, err))
+        except SliceUnavailableError as err:
+            outcome = classify(err)
+        except KeyboardInterrupt:
+            outcome = Cancelled("interrupted (Ctrl-C or `ray job stop`)")
+        attempts.append(
+            Attempt(number, outcome, seen["slices"], seen["coordinator"], time.monotonic() - started, seen["reserve_s"])
+        )
+        why_not = decide(outcome, [a.outcome for a in attempts], budget)
+        if why_not is not None:
+            if not isinstance(outcome, Succeeded):
+                log(f"{name}: {attempts[-1].describe()}; {why_not}")
+            return RunReport(outcome, tuple(attempts))
+        log(f"{name}: {attempts[-1].describe()}; released the slice, rerunning on a whole one")
