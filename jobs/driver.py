@@ -14,11 +14,12 @@ whole and idle: a slice still missing its lost host is skipped, not waited on.
 What an attempt's exception means is `jobs.outcomes.classify`'s job (pure); what to do about it is
 `decide` (pure): a lost host (preempted, died, or silent past the step timeout) is rerun while the
 lost-host budget lasts, an infrastructure failure while the failure budget lasts, and a user error
-or a cancellation never.
+or a cancellation never. `retry` is that loop alone; `jobs.train` runs Ray Train's `fit()` under it.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
@@ -79,6 +80,18 @@ class RunReport:
         return "\n".join(a.describe() for a in self.attempts)
 
 
+def report_failure(report: RunReport, job: str) -> int:
+    """Print why the run failed, on one line to stderr; the exit status (130 when cancelled)."""
+    print(f"{job} FAILED ({report.outcome.kind}): {report.outcome.reason}", file=sys.stderr, flush=True)
+    return 130 if isinstance(report.outcome, Cancelled) else 1
+
+
+def print_attempts(report: RunReport) -> None:
+    """After a success that took reruns, what each attempt met."""
+    if len(report.attempts) > 1:
+        print("  attempts:\n" + "\n".join(f"    {a.describe()}" for a in report.attempts), flush=True)
+
+
 def decide(outcome: Outcome, attempts: Sequence[Outcome], budget: RetryBudget) -> str | None:
     """Rerun after `outcome`? None to rerun, else why not (pure). `attempts` are the outcomes so far,
     `outcome` included."""
@@ -99,14 +112,38 @@ def decide(outcome: Outcome, attempts: Sequence[Outcome], budget: RetryBudget) -
     return None if used <= limit else f"{used} {outcome.kind} fault(s), more than {flag} {limit}"
 
 
-def lost_hosts(hosts: Sequence[Host], nodes: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The reserved hosts whose nodes are no longer alive, described (pure: takes `ray.nodes()`)."""
+@dataclass(frozen=True)
+class WatchedHost:
+    """A TPU host an attempt runs on, to tell afterwards whether it died (a `jobs.slices.Host`
+    serves too)."""
+
+    node_id: str
+    slice_name: str
+    worker_id: int
+
+
+def watched_hosts(nodes: Sequence[Mapping[str, Any]], shape: catalog.SliceShape) -> tuple[WatchedHost, ...]:
+    """The alive hosts of `shape`'s pod type in `ray.nodes()` (pure), for work that reserves through
+    someone else (Ray Train) and so has no `Host` list of its own."""
+    from jobs.slices import POD_TYPE_LABEL, SLICE_NAME_LABEL, WORKER_ID_LABEL
+
+    out = []
+    for node in nodes:
+        labels = node.get("Labels") or {}
+        if node.get("Alive") and labels.get(POD_TYPE_LABEL) == shape.pod_type:
+            wid = labels.get(WORKER_ID_LABEL, "")
+            out.append(WatchedHost(str(node.get("NodeID")), labels.get(SLICE_NAME_LABEL, "?"), int(wid) if wid.isdigit() else -1))
+    return tuple(out)
+
+
+def lost_hosts(hosts: Sequence[Host | WatchedHost], nodes: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The given hosts whose nodes are no longer alive, described (pure: takes `ray.nodes()`)."""
     alive = {n.get("NodeID") for n in nodes if n.get("Alive")}
     return [f"worker {h.worker_id} of slice {h.slice_name}" for h in hosts if h.node_id not in alive]
 
 
-def _wait_for_lost_hosts(hosts: Sequence[Host], error: BaseException) -> list[str]:
-    """Dead reserved hosts, waiting (bounded) for the GCS to notice when the error looks like one."""
+def _wait_for_lost_hosts(hosts: Sequence[Host | WatchedHost], error: BaseException) -> list[str]:
+    """Dead hosts among `hosts`, waiting (bounded) for the GCS to notice when the error looks like one."""
     import ray
 
     deadline = time.monotonic() + (NODE_DEATH_GRACE_S if may_be_node_death(error) else 0.0)
@@ -120,6 +157,11 @@ def _wait_for_lost_hosts(hosts: Sequence[Host], error: BaseException) -> list[st
         time.sleep(0.5)
 
 
+def classify_failure(error: BaseException, hosts: Sequence[Host | WatchedHost]) -> Outcome:
+    """`classify`, told which of the attempt's hosts have died (call it before releasing them)."""
+    return classify(error, _wait_for_lost_hosts(hosts, error))
+
+
 def may_be_node_death(error: BaseException) -> bool:
     """Could `error` come from a node that is dying but not yet marked dead? A crashed worker or a
     broken collective can; a user error, a cancellation or one of our own timeouts cannot (pure)."""
@@ -127,6 +169,21 @@ def may_be_node_death(error: BaseException) -> bool:
         return False
     outcome = classify(error)
     return isinstance(outcome, HostLost) or (isinstance(outcome, Failed) and not outcome.user_error)
+
+
+def retry(attempt_once: Callable[[int], Attempt], budget: RetryBudget, name: str, log: Callable[[str], None]) -> RunReport:
+    """Call `attempt_once(number)` (from 1) until an attempt succeeds, fails for good, or its budget
+    runs out (`decide`). Each attempt must hold nothing when it returns."""
+    attempts: list[Attempt] = []
+    while True:
+        attempts.append(attempt_once(len(attempts) + 1))
+        outcome = attempts[-1].outcome
+        why_not = decide(outcome, [a.outcome for a in attempts], budget)
+        if why_not is not None:
+            if not isinstance(outcome, Succeeded):
+                log(f"{name}: {attempts[-1].describe()}; {why_not}")
+            return RunReport(outcome, tuple(attempts))
+        log(f"{name}: {attempts[-1].describe()}; released the slice, rerunning on a whole one")
 
 
 def run_on_slices(
@@ -146,9 +203,8 @@ def run_on_slices(
     """Run `fn(process, *args, **kwargs)` on every host of `slices` whole slices until it succeeds,
     fails for good, or a budget runs out. Needs `ray.init()` done. Never raises for a run's fault:
     the report's outcome says what happened; Ctrl-C ends in `Cancelled`."""
-    attempts: list[Attempt] = []
-    while True:
-        number = len(attempts) + 1
+
+    def attempt_once(number: int) -> Attempt:
         started = time.monotonic()
         seen: dict[str, Any] = {"slices": (), "coordinator": None, "reserve_s": 0.0}
 
@@ -158,10 +214,8 @@ def run_on_slices(
             seen["reserve_s"] = reservation.ready_s
             log(f"{name}: attempt {number} on {', '.join(seen['slices'])}, coordinator {seen['coordinator']}")
 
-        hosts: tuple[Host, ...] = ()
         try:
             with reserve_slices(shape, slices, reserve_timeout_s, name=name) as reservation:
-                hosts = reservation.hosts
                 try:
                     value = run_per_host(
                         reservation,
@@ -176,17 +230,11 @@ def run_on_slices(
                     outcome: Outcome = Succeeded(value)
                 except Exception as err:
                     # Still inside the reservation: look for dead hosts before anything is released.
-                    outcome = classify(err, _wait_for_lost_hosts(hosts, err))
+                    outcome = classify_failure(err, reservation.hosts)
         except SliceUnavailableError as err:
             outcome = classify(err)
         except KeyboardInterrupt:
             outcome = Cancelled("interrupted (Ctrl-C or `ray job stop`)")
-        attempts.append(
-            Attempt(number, outcome, seen["slices"], seen["coordinator"], time.monotonic() - started, seen["reserve_s"])
-        )
-        why_not = decide(outcome, [a.outcome for a in attempts], budget)
-        if why_not is not None:
-            if not isinstance(outcome, Succeeded):
-                log(f"{name}: {attempts[-1].describe()}; {why_not}")
-            return RunReport(outcome, tuple(attempts))
-        log(f"{name}: {attempts[-1].describe()}; released the slice, rerunning on a whole one")
+        return Attempt(number, outcome, seen["slices"], seen["coordinator"], time.monotonic() - started, seen["reserve_s"])
+
+    return retry(attempt_once, budget, name, log)

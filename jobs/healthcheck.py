@@ -26,8 +26,8 @@ from infra import catalog
 
 from jobs import cli
 from jobs import progress
-from jobs.driver import RetryBudget, RunReport, run_on_slices
-from jobs.outcomes import Cancelled, Succeeded
+from jobs.driver import RetryBudget, RunReport, print_attempts, report_failure, run_on_slices
+from jobs.outcomes import Succeeded
 from jobs.slices import JaxProcess, initialize_jax, missing_worker_ids
 
 AXIS = "chips"
@@ -300,12 +300,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         target, args.payload_mb, args.iters, args.timeout, RetryBudget.from_args(args), args.step_timeout
     )
     if not report.ok:
-        print(f"healthcheck FAILED ({report.outcome.kind}): {report.outcome.reason}", file=sys.stderr, flush=True)
-        return 130 if isinstance(report.outcome, Cancelled) else 1
+        return report_failure(report, "healthcheck")
     result = report.value
     print(result.summary(), flush=True)
-    if len(report.attempts) > 1:
-        print("  attempts:\n" + "\n".join(f"    {a.describe()}" for a in report.attempts), flush=True)
+    print_attempts(report)
     print("HEALTHCHECK " + json.dumps({**result.to_json(), "attempts": len(report.attempts)}), flush=True)
     return 0 if result.ok else 1
 

@@ -81,13 +81,22 @@ HOST_LOST_TYPES = frozenset(
 # Python code, and possibly transient, so charged to the failure budget.
 CRASH_TYPES = frozenset({"WorkerCrashedError", "OutOfMemoryError", "ObjectStoreFullError", "OutOfDiskError"})
 CANCEL_TYPES = frozenset({"TaskCancelledError", "KeyboardInterrupt", "CancelledError"})
+# The job's own code raised: in a Ray task, or in a Ray Train worker's training function.
+USER_CODE_TYPES = frozenset({"RayTaskError", "UserExceptionWithTraceback"})
+# Ray Train could not start a whole worker group in time: no whole slice, as for our own wait.
+NO_SLICE_TYPES = frozenset({"WorkerGroupStartupTimeoutError"})
+# Attributes under which Ray Train's errors keep the error they wrap (`_base_exc`: the user's own).
+RAY_TRAIN_WRAPPED = ("health_check_failure", "controller_failure", "_base_exc")
+# Errors whose text is that of what they wrap plus tracebacks (file, function and source lines): the
+# markers below are matched against the wrapped errors' own messages instead.
+WRAPPER_TYPES = frozenset({"RayTaskError", "UserExceptionWithTraceback", "TrainingFailedError", "WorkerHealthCheckFailedError"})
 # What `jax.distributed` (gRPC coordination service) and the collectives (Gloo on CPU, ICI/DCN on
 # TPU) say when a peer process disappears. Matched case-insensitively in the message.
 PEER_LOST_MARKERS = (
     "deadline_exceeded",
     "deadline exceeded",
     "unavailable:",
-    "heartbeat",
+    "heartbeat timeout",
     "coordination service",
     "connection reset by peer",
     "connection closed by peer",
@@ -102,15 +111,20 @@ PEER_LOST_MARKERS = (
 
 
 def _chain(error: BaseException) -> list[BaseException]:
-    """`error`, the task error's cause, and their __cause__/__context__, without cycles."""
+    """`error` and everything it wraps, without cycles: a task error's cause, `__cause__` and
+    `__context__`, and what Ray Train wraps (each rank's failure, a failed worker health check, the
+    controller's error, the user's exception)."""
     seen: list[BaseException] = []
-    todo: list[BaseException | None] = [error]
+    todo: list[Any] = [error]
     while todo:
         e = todo.pop(0)
-        if e is None or any(e is s for s in seen):
+        if not isinstance(e, BaseException) or any(e is s for s in seen):
             continue
         seen.append(e)
         todo += [getattr(e, "cause", None), e.__cause__, e.__context__]
+        todo += [getattr(e, attr, None) for attr in RAY_TRAIN_WRAPPED]
+        failures = getattr(e, "worker_failures", None)
+        todo += list(failures.values()) if isinstance(failures, dict) else []
     return seen
 
 
@@ -135,22 +149,28 @@ def classify(error: BaseException, dead_hosts: Sequence[str] = ()) -> HostLost |
         return Cancelled(_first_line(error))
     if isinstance(error, SliceUnavailableError):  # its inventory text may mention lost hosts
         return Failed(str(error), user_error=False, no_slice=True)
+    for e in chain:
+        if _type_names(e) & NO_SLICE_TYPES:
+            return Failed(_first_line(e), user_error=False, no_slice=True)
     if dead_hosts:
         return HostLost(f"lost {', '.join(dead_hosts)} ({_first_line(error)})")
     for e in chain:
         if _type_names(e) & HOST_LOST_TYPES or getattr(e, "preempted", False) is True:
             return HostLost(_first_line(e))
     for e in chain:
-        if any(marker in str(e).lower() for marker in PEER_LOST_MARKERS):
+        message = "" if _type_names(e) & WRAPPER_TYPES else str(e).lower()
+        if any(marker in message for marker in PEER_LOST_MARKERS):
             return HostLost(_first_line(e))
     for e in chain:
         if isinstance(e, ReservationError):
             return Failed(str(e), user_error=False)
         if _type_names(e) & CRASH_TYPES or "RayActorError" in _type_names(e):
             return Failed(_first_line(e), user_error=False)
-    if "RayTaskError" in _type_names(error):  # the job's own code raised
-        return Failed(_first_line(error), user_error=True)
-    # Our bounded waits (TimeoutError) and Ray's own errors are infrastructure; anything else was
-    # raised by code, and will be raised again by a rerun.
-    infrastructure = isinstance(error, TimeoutError) or "RayError" in _type_names(error)
+    for e in chain:
+        if _type_names(e) & USER_CODE_TYPES:  # the job's own code raised: say what it raised
+            user = getattr(e, "_base_exc", None)
+            return Failed(_first_line(user if isinstance(user, BaseException) else e), user_error=True)
+    # Our bounded waits (TimeoutError) and Ray's and Ray Train's own errors are infrastructure;
+    # anything else was raised by code, and will be raised again by a rerun.
+    infrastructure = isinstance(error, TimeoutError) or bool({"RayError", "RayTrainError"} & _type_names(error))
     return Failed(_first_line(error), user_error=not infrastructure)

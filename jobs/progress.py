@@ -9,12 +9,15 @@ for longer than the step timeout is a fault:
   with `NoProgressError` (classified as a lost host) when a host that is still running has not
   beaten for T seconds (the others are then usually blocked in a collective with it).
 - Ray Train workers (`jobs.train`) run a `StepWatchdog` thread instead: Ray Train has no step
-  timeout, so a worker that makes no progress for T seconds exits, and Ray Train's FailureConfig
-  restarts the whole worker group from the newest checkpoint, as for a lost host.
+  timeout, and a thread cannot interrupt a blocked XLA call, so a worker that makes no progress for
+  T seconds reports that to the attempt's board and exits. The training run then fails, the driver
+  finds the report (a worker's exit alone reads like a crash) and reruns it on a whole slice from
+  the newest checkpoint, as for a lost host.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -35,6 +38,7 @@ class ProgressBoard:
         started = time.monotonic()  # the run's start counts as progress
         self.last = {p: started for p in range(hosts)}
         self.steps: dict[int, Any] = {}
+        self.stalls: dict[int, tuple[float, Any]] = {}  # from watchdogs: process -> (silent s, last step)
 
     def beat(self, process_id: int, step: Any) -> None:
         self.last[process_id] = time.monotonic()
@@ -44,6 +48,28 @@ class ProgressBoard:
         """Per process: seconds since its last report, and that report (None: none yet)."""
         now = time.monotonic()
         return {p: (now - t, self.steps.get(p)) for p, t in self.last.items()}
+
+    def report_stall(self, process_id: int, quiet_s: float, step: Any) -> None:
+        self.stalls[process_id] = (quiet_s, step)
+
+    def stall_reports(self) -> dict[int, tuple[float, Any]]:
+        return dict(self.stalls)
+
+
+def start_board(hosts: int) -> Any:
+    """A `ProgressBoard` actor on the driver's node: a lost TPU host must not take it along."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
+    return ray.remote(ProgressBoard).options(num_cpus=0, scheduling_strategy=here).remote(hosts)
+
+
+def stop_board(board: Any) -> None:
+    import ray
+
+    with contextlib.suppress(Exception):  # already gone with its node or with Ray
+        ray.kill(board)
 
 
 def stalled(silence: Mapping[int, tuple[float, Any]], running: Iterable[int], timeout_s: float) -> dict[int, tuple[float, Any]]:
@@ -79,13 +105,24 @@ def describe_silence(silent: Mapping[int, tuple[float, Any]], timeout_s: float, 
 
 
 class StepWatchdog:
-    """A daemon thread that calls `on_stall(quiet_s)` (by default: exits the process) when `beat()`
-    has not been called for `timeout_s`. Used as a context manager; leaving it stops the watch."""
+    """A daemon thread that calls `on_stall(quiet_s)` when `beat()` has not been called for
+    `timeout_s`. By default that reports the stall to `board` (as `process_id`), if given, and exits
+    the process. Used as a context manager; leaving it stops the watch. A `timeout_s` of 0 or None
+    watches nothing (`beat()` is then free)."""
 
-    def __init__(self, timeout_s: float, what: str = "training step", on_stall: Callable[[float], None] | None = None):
-        self.timeout_s = float(timeout_s)
+    def __init__(
+        self,
+        timeout_s: float | None,
+        what: str = "training step",
+        on_stall: Callable[[float], None] | None = None,
+        board: Any = None,
+        process_id: int = 0,
+    ):
+        self.timeout_s = float(timeout_s or 0)
         self.what = what
         self.on_stall = on_stall or self._exit
+        self.board = board
+        self.process_id = process_id
         self._last = time.monotonic()
         self._step: Any = None
         self._stop = threading.Event()
@@ -112,14 +149,21 @@ class StepWatchdog:
             self._step,
             self.timeout_s,
         )
+        if self.board is not None:  # so the driver can tell this exit from a crash
+            import ray
+
+            with contextlib.suppress(Exception):
+                ray.get(self.board.report_stall.remote(self.process_id, quiet_s, self._step), timeout=10)
         logging.shutdown()
         os._exit(NO_PROGRESS_EXIT_CODE)  # a thread cannot interrupt a blocked XLA call; only exit can
 
     def __enter__(self) -> StepWatchdog:
         self._last = time.monotonic()
-        self._thread.start()
+        if self.timeout_s > 0:
+            self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        self._thread.join(timeout=5)
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)

@@ -602,7 +602,7 @@ def run_per_host(
     processes = jax_processes(reservation.hosts, reservation.slices, port)
     if on_start:
         on_start(reservation, processes)
-    board = _progress_board(len(processes)) if step_timeout_s else None
+    board = progress.start_board(len(processes)) if step_timeout_s else None
     # max_retries=0: Ray would otherwise rerun a dead host's task by itself on a recreated node, with
     # the old coordinator, while the driver reruns the whole slice; the driver owns retries.
     task = ray.remote(max_calls=1, max_retries=0)(_host_task)
@@ -636,8 +636,7 @@ def run_per_host(
         raise
     finally:
         if board is not None:
-            with contextlib.suppress(Exception):
-                ray.kill(board)
+            progress.stop_board(board)
 
 
 def _host_task(board: Any, fn: Callable[..., Any], process: JaxProcess, *args: Any, **kwargs: Any) -> Any:
@@ -646,14 +645,3 @@ def _host_task(board: Any, fn: Callable[..., Any], process: JaxProcess, *args: A
 
     progress.attach(board, process.process_id)
     return fn(process, *args, **kwargs)
-
-
-def _progress_board(hosts: int) -> Any:
-    """A `ProgressBoard` actor on the driver's node: a lost TPU host must not take it along."""
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    from jobs.progress import ProgressBoard
-
-    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
-    return ray.remote(ProgressBoard).options(num_cpus=0, scheduling_strategy=here).remote(hosts)

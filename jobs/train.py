@@ -28,12 +28,15 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+import dataclasses
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Sequence
 
-from jobs import cli
+from jobs import checkpoints, cli, progress
+from jobs.driver import Attempt, RetryBudget, RunReport, classify_failure, print_attempts, report_failure, retry, watched_hosts
 from jobs.model import ModelConfig, flops_per_token, param_count
+from jobs.outcomes import Cancelled, NoProgressError, Outcome, Succeeded, classify
 from jobs.slices import SliceUnavailableError, wait_for_slices
 
 DRIVER_STARTED_AT = time.time()  # for the benchmark's timeline: when this module was imported
@@ -43,6 +46,12 @@ STORAGE_ENV = "JOBS_STORAGE_PATH"
 PASSTHROUGH_ENV = ("JAX_PLATFORMS", "XLA_FLAGS")
 # Bound on waiting for the first batch from Ray Data.
 DATA_TIMEOUT_S = 600.0
+# A step (or a batch, or a checkpoint) that takes this long is a hang. The first step includes
+# starting Ray Data and compiling, which on a big model takes minutes: leave room for it.
+DEFAULT_STEP_TIMEOUT_S = 1800.0
+# Where the attempt's ProgressBoard handle travels in `train_loop_config` (not a TrainConfig field:
+# an actor handle, not a number).
+BOARD_KEY = "progress_board"
 
 
 @dataclass(frozen=True)
@@ -59,6 +68,9 @@ class TrainConfig:
     seed: int
     peak_flops: float  # the slices' bf16 peak, for MFU on TPU
     matmul_baseline: int  # >0: also time a dense matmul of this size per device, for the benchmark
+    step_timeout_s: float = 0.0  # >0: a worker silent this long reports a stall and exits
+    storage_path: str = ""  # where the run's checkpoints are (RunConfig's storage_path/name)...
+    run_name: str = ""  # ...listed to resume from the newest whole one
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
@@ -187,10 +199,10 @@ class _State:
         return float(loss)  # waits for the step
 
     # Checkpoints hold full arrays, readable with numpy alone: right for a model this size. A large
-    # model would write per-process shards (e.g. Orbax) instead.
+    # model would write per-process shards (e.g. Orbax) instead. `jobs.checkpoints` writes them so
+    # that a half-written one is never resumed from.
     def save(self, directory: Path, step: int, is_writer: bool) -> None:
         import jax
-        import numpy as np
         from jax.experimental import multihost_utils
 
         leaves = jax.tree.leaves((self.params, self.opt_state))
@@ -203,25 +215,20 @@ class _State:
         else:
             leaves = multihost_utils.process_allgather(leaves, tiled=True)
         if is_writer:
-            np.savez(directory / "state.npz", *leaves)
-            (directory / "meta.json").write_text(json.dumps({"step": step, "model": self.cfg.to_dict()}))
+            checkpoints.write(directory, leaves, step, self.cfg.to_dict())
 
-    def restore(self, directory: Path) -> int:
+    def restore(self, meta: checkpoints.CheckpointMeta, arrays: Sequence[Any], where: str) -> int:
         import jax
-        import numpy as np
 
-        meta = json.loads((directory / "meta.json").read_text())
-        if meta["model"] != self.cfg.to_dict():
-            raise ValueError(
-                f"the newest checkpoint in {directory} is of another model ({meta['model']}, this run: "
-                f"{self.cfg.to_dict()}); pass another --name to start a new run"
-            )
         leaves, tree = jax.tree.flatten((self.params, self.opt_state))
-        with np.load(directory / "state.npz") as stored:
-            arrays = [stored[f"arr_{i}"] for i in range(len(leaves))]
+        if meta.model != self.cfg.to_dict() or len(arrays) != len(leaves):
+            raise ValueError(
+                f"the checkpoint {where} is of another model ({meta.model}, this run: {self.cfg.to_dict()}); "
+                "pass another --name to start a new run"
+            )
         restored = [_shard(a, leaf.sharding) for leaf, a in zip(leaves, arrays)]
         self.params, self.opt_state = jax.tree.unflatten(tree, restored)
-        return int(meta["step"])
+        return meta.step
 
     def dense_matmul_flops(self, size: int, iters: int = 3) -> float:
         """FLOP/s of a plain [devices x size, size] @ [size, size] on the same mesh, no communication:
@@ -276,14 +283,21 @@ def _latest_over_processes(wall_time: float) -> float:
 
 def train_loop_per_worker(config_dict: dict[str, Any]) -> None:
     """The SPMD program every Ray Train worker runs (one per host; jax.distributed is set up)."""
-    import jax
     import ray.train
 
     # Rank 0's timeline (wall clock), for the benchmark's "submit -> first step" breakdown.
     timeline = {"worker_started_at": time.time()}
     config = TrainConfig.from_dict(config_dict)
+    rank = ray.train.get_context().get_world_rank()
+    with progress.StepWatchdog(config.step_timeout_s, board=config_dict.get(BOARD_KEY), process_id=rank) as watchdog:
+        _train(config, rank, watchdog, timeline)
+
+
+def _train(config: TrainConfig, rank: int, watchdog: progress.StepWatchdog, timeline: dict[str, float]) -> None:
+    import jax
+    import ray.train
+
     context = ray.train.get_context()
-    rank = context.get_world_rank()
     local_batch = config.global_batch // context.get_world_size()
     batches = iter(
         ray.train.get_dataset_shard("train").iter_batches(
@@ -302,13 +316,15 @@ def train_loop_per_worker(config_dict: dict[str, Any]) -> None:
         pool.shutdown(wait=False)  # never block on a stuck pipeline here
     # Logged, not printed: Ray Train's print patch would send each line to stdout and stderr.
     say = logging.getLogger("jobs.train").info if rank == 0 else (lambda *a, **k: None)
+    watchdog.beat("model built, first batch in")
 
     start_step = 0
-    checkpoint = ray.train.get_checkpoint()
-    if checkpoint:
-        with checkpoint.as_directory() as directory:
-            start_step = state.restore(Path(directory))
-        say(f"[train] resumed from the checkpoint at step {start_step}")
+    found = checkpoints.newest_whole(checkpoints.stored_candidates(config.storage_path, config.run_name), log=say)
+    if found:
+        meta, arrays, where = found
+        start_step = state.restore(meta, arrays, where)
+        say(f"[train] resumed from the checkpoint at step {start_step} ({where})")
+        watchdog.beat("restored")
 
     if start_step >= config.steps:
         say(f"[train] the checkpoint is already at step {start_step}; nothing to do")
@@ -330,6 +346,7 @@ def train_loop_per_worker(config_dict: dict[str, Any]) -> None:
         times.append(time.perf_counter() - begin)
         if step == start_step:
             first_step_at = _latest_over_processes(first_step_at)
+        watchdog.beat(step + 1)
         say(f"[train] step {step + 1}/{config.steps} loss {losses[-1]:.4f} ({times[-1] * 1e3:.0f} ms)")
 
         done = step + 1 == config.steps
@@ -359,9 +376,11 @@ def train_loop_per_worker(config_dict: dict[str, Any]) -> None:
                 metrics["matmul_flops_per_s"] = state.dense_matmul_flops(config.matmul_baseline)
             with tempfile.TemporaryDirectory(prefix="jobs-train-") as directory:
                 state.save(Path(directory), step + 1, is_writer=rank == 0)
-                # Only rank 0 hands over the checkpoint; every rank reports (it is a barrier).
+                # Only rank 0 hands over the checkpoint; every rank reports (it is a barrier). The
+                # directory is named by step (rank 0's name wins), so older ones can be found.
                 chosen = ray.train.Checkpoint.from_directory(directory) if rank == 0 else None
-                ray.train.report(metrics, checkpoint=chosen)
+                ray.train.report(metrics, checkpoint=chosen, checkpoint_dir_name=checkpoints.dir_name(step + 1))
+            watchdog.beat(f"checkpoint at step {step + 1}")
 
 
 # --- driver ------------------------------------------------------------------------------------
@@ -373,8 +392,70 @@ def default_storage(target: cli.SliceTarget) -> str | None:
     return f"gs://{target.bucket_name}/ray-train" if target.bucket_name else None
 
 
-def run_training(target: cli.SliceTarget, config: TrainConfig, name: str, storage_path: str, max_failures: int = 0) -> TrainResult:
-    """Reserve through Ray Train, train, return the summary. Needs `ray.init()` done."""
+def run_training(
+    target: cli.SliceTarget,
+    config: TrainConfig,
+    name: str,
+    storage_path: str,
+    budget: RetryBudget = RetryBudget(),
+    log: Any = print,
+) -> RunReport:
+    """Train, rerunning on whole slices after a lost host within `budget`; the report's value is the
+    `TrainResult` when an attempt succeeded. Raises `AlreadyTrained`. Needs `ray.init()` done.
+
+    Each attempt is one Ray Train `fit()`, which reserves the slices itself and resumes from the
+    newest whole checkpoint. Ray Train retries nothing itself (`FailureConfig` of zeros): it cannot
+    tell a host lost without a preemption notice, or a hang, from a bug in the training function, and
+    retries all three from one budget. Its error comes back here instead, to `jobs.outcomes.classify`
+    and `jobs.driver.decide`, as for every other job: lost hosts and hangs under `--max-preemptions`,
+    crashes under `--max-failures`, user errors never.
+    """
+    import ray
+
+    config = dataclasses.replace(config, storage_path=storage_path, run_name=name)  # for the workers' resume
+
+    def attempt_once(number: int) -> Attempt:
+        started = time.monotonic()
+        # Every host of the shape, not only those Ray Train will pick: the GCS may take seconds to
+        # mark a killed host dead, and it must still count as this attempt's when it does.
+        hosts = watched_hosts(ray.nodes(), target.shape)
+        board = progress.start_board(target.hosts) if config.step_timeout_s else None
+        try:
+            outcome: Outcome = Succeeded(_fit(target, config, name, storage_path, board))
+        except AlreadyTrained:
+            raise
+        except SliceUnavailableError as err:
+            outcome = classify(err)
+        except KeyboardInterrupt:
+            outcome = Cancelled("interrupted (Ctrl-C or `ray job stop`)")
+        except Exception as err:
+            stalls = _stall_reports(board)
+            if stalls:  # a watchdog stopped its worker: a hang, not the crash its exit looks like
+                ranks = [f"Ray Train rank {r}" for r in range(target.hosts)]
+                outcome = classify(NoProgressError(progress.describe_silence(stalls, config.step_timeout_s, ranks)))
+            else:
+                outcome = classify_failure(err, hosts)
+        finally:
+            if board is not None:
+                progress.stop_board(board)
+        return Attempt(number, outcome, (), None, time.monotonic() - started)
+
+    return retry(attempt_once, budget, f"train {name}", log)
+
+
+def _stall_reports(board: Any) -> dict[int, tuple[float, Any]]:
+    import ray
+
+    if board is None:
+        return {}
+    try:
+        return ray.get(board.stall_reports.remote(), timeout=10)
+    except Exception:  # the board went with its node: no reports to read
+        return {}
+
+
+def _fit(target: cli.SliceTarget, config: TrainConfig, name: str, storage_path: str, board: Any) -> TrainResult:
+    """One Ray Train run: wait (bounded) for whole idle slices, fit, return the summary."""
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.v2.jax import JaxTrainer
 
@@ -400,15 +481,16 @@ def run_training(target: cli.SliceTarget, config: TrainConfig, name: str, storag
         name=name,
         storage_path=storage_path,
         checkpoint_config=CheckpointConfig(num_to_keep=2),
-        # controller_failure_limit=0: a start that times out is an error, not a retry forever.
-        failure_config=FailureConfig(max_failures=max_failures, controller_failure_limit=0),
+        # No retries inside Ray Train (run_training decides them), and a start that times out is an
+        # error, not a retry forever.
+        failure_config=FailureConfig(max_failures=0, max_preemption_failures=0, controller_failure_limit=0),
         worker_runtime_env={"env_vars": {k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}},
     )
     cfg = ModelConfig(**config.model)
     dataset = synthetic_dataset(config.steps * config.global_batch, cfg.seq_len, cfg.vocab)
     trainer = JaxTrainer(
         train_loop_per_worker,
-        train_loop_config=asdict(config),
+        train_loop_config={**asdict(config), BOARD_KEY: board},
         scaling_config=scaling,
         run_config=run_config,
         datasets={"train": dataset},
@@ -460,8 +542,8 @@ def _parser() -> cli.JobArgumentParser:
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--name", default=None, help="run name; the same name resumes (default: train-<pod type>-x<slices>)")
     g.add_argument("--storage", default=None, help=f"checkpoint storage: a directory or gs://... (default: ${STORAGE_ENV}, else the env's bucket)")
-    g.add_argument("--max-failures", type=int, default=0, help="worker failures to recover from (default 0)")
     g.add_argument("--matmul-baseline", type=int, default=0, metavar="SIZE", help=argparse.SUPPRESS)  # bench/jobs_bench.py
+    cli.add_fault_flags(p, step_timeout_s=DEFAULT_STEP_TIMEOUT_S)
     m = p.add_argument_group("model")
     defaults = ModelConfig()
     m.add_argument("--seq-len", type=cli.positive_int, default=defaults.seq_len)
@@ -473,7 +555,7 @@ def _parser() -> cli.JobArgumentParser:
     return p
 
 
-def parse_config(argv: Sequence[str] | None = None) -> tuple[cli.SliceTarget, TrainConfig, str, str, int]:
+def parse_config(argv: Sequence[str] | None = None) -> tuple[cli.SliceTarget, TrainConfig, str, str, RetryBudget]:
     parser = _parser()
     args, target = cli.parse(parser, argv)
     try:
@@ -500,30 +582,29 @@ def parse_config(argv: Sequence[str] | None = None) -> tuple[cli.SliceTarget, Tr
         seed=args.seed,
         peak_flops=target.peak_bf16_flops,
         matmul_baseline=args.matmul_baseline,
+        step_timeout_s=args.step_timeout,
     )
     name = args.name or f"train-{target.shape.pod_type}-x{target.slices}"
-    return target, config, name, storage, args.max_failures
+    return target, config, name, storage, RetryBudget.from_args(args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     from jobs.healthcheck import connect_ray
 
-    target, config, name, storage, max_failures = parse_config(argv)
+    target, config, name, storage, budget = parse_config(argv)
     print(f"train: {name} on {target.describe()}, {config.steps} steps, checkpoints in {storage}", flush=True)
     connect_ray()
     try:
-        result = run_training(target, config, name, storage, max_failures)
-    except SliceUnavailableError as err:
-        print(f"train FAILED: {err}", file=sys.stderr, flush=True)
-        return 1
+        report = run_training(target, config, name, storage, budget, log=lambda line: print(line, flush=True))
     except AlreadyTrained as err:
         print(f"train: {err}", flush=True)
         return 0
-    except Exception as err:  # Ray Train's TrainingFailedError carries the workers' tracebacks
-        print(f"train FAILED: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
-        return 1
+    if not report.ok:
+        return report_failure(report, "train")
+    result = report.value
     print(result.summary(), flush=True)
-    print("TRAIN " + json.dumps(asdict(result)), flush=True)
+    print_attempts(report)
+    print("TRAIN " + json.dumps({**asdict(result), "attempts": len(report.attempts)}), flush=True)
     return 0
 
 

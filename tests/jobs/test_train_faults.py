@@ -1,6 +1,7 @@
-"""Losing a host in the middle of `train`: Ray Train's FailureConfig restarts the whole worker group
-on a complete slice (here the host comes back, as GKE recreates a lost TPU VM) from the newest
-checkpoint, and the run still ends at the asked step having lost at most one checkpoint interval."""
+"""Losing a host in the middle of `train`: the failed Ray Train run is classified as a lost host and
+rerun (under --max-preemptions) as a whole worker group on a complete slice (here the host comes
+back, as GKE recreates a lost TPU VM) from the newest checkpoint, and the run still ends at the asked
+step having lost at most one checkpoint interval."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from infra import catalog
-from jobs import train
+from jobs import checkpoints, train
+from jobs.outcomes import HostLost, Succeeded
 
 from .sim import SimHost, simulated_cluster, slice_hosts
 
@@ -29,7 +31,7 @@ def sim():
 
 def newest_checkpoint_step(run_dir: Path) -> int:
     steps = [0]
-    for meta in run_dir.glob("checkpoint_*/meta.json"):
+    for meta in run_dir.glob(f"{checkpoints.DIR_PREFIX}*/{checkpoints.META_FILE}"):
         try:
             steps.append(json.loads(meta.read_text())["step"])
         except (OSError, ValueError, KeyError):  # being written right now
@@ -40,16 +42,16 @@ def newest_checkpoint_step(run_dir: Path) -> int:
 def test_a_killed_host_mid_training_restarts_from_the_newest_checkpoint(sim, tmp_path):
     argv = [
         *("--generation", "v6e", "--topology", "4x4", "--name", "ft", "--storage", str(tmp_path)),
-        *("--steps", str(STEPS), "--checkpoint-every", str(EVERY), "--max-failures", "1", "--reserve-timeout", "120"),
+        *("--steps", str(STEPS), "--checkpoint-every", str(EVERY), "--max-preemptions", "1", "--reserve-timeout", "120"),
         *("--learning-rate", "0.02", "--warmup-steps", "1"),
         *TINY,
     ]
-    target, config, name, storage, budgets = train.parse_config(argv)
+    target, config, name, storage, budget = train.parse_config(argv)
     outcome: dict = {}
 
     def fit():
         try:
-            outcome["result"] = train.run_training(target, config, name, storage, budgets)
+            outcome["report"] = train.run_training(target, config, name, storage, budget, log=lambda line: None)
         except BaseException as err:  # noqa: BLE001 - asserted below
             outcome["error"] = err
 
@@ -68,7 +70,12 @@ def test_a_killed_host_mid_training_restarts_from_the_newest_checkpoint(sim, tmp
     runner.join(timeout=400)
     assert not runner.is_alive(), "training did not finish within 400 s of the host loss"
     assert "error" not in outcome, outcome.get("error")
-    result = outcome["result"]
+    report = outcome["report"]
+    assert report.ok, report.describe()
+    first, second = report.attempts
+    assert isinstance(first.outcome, HostLost) and "worker 2 of slice sim-ft" in first.outcome.reason
+    assert isinstance(second.outcome, Succeeded)
+    result = report.value
     assert result.steps == STEPS  # what was asked
     # The restarted worker group resumed from a checkpoint no older than the newest one at the kill:
     # at most one checkpoint interval of work was lost.
