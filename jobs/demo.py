@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from jobs import REPO_ROOT, cli, local
+from jobs import REPO_ROOT, cli, local, submit
 
 # What `working_dir` must not upload (Ray also honours .gitignore): environments, caches, build output.
 WORKING_DIR_EXCLUDES = [
@@ -72,30 +72,20 @@ def job_runtime_env(shape) -> dict:
 
 
 def run_job(client, name: str, entrypoint: str, runtime_env: dict, marker: str, timeout_s: float, echo) -> JobOutcome:
-    """Submit, stream the logs until the job ends (bounded: stopped after `timeout_s`), parse the result."""
+    """Submit, stream the logs until the job ends (bounded: stopped after `timeout_s`, or when the
+    dashboard stalls), parse the result. Ctrl-C stops the job: the cluster is about to go away."""
     started = time.monotonic()
-    job_id = client.submit_job(entrypoint=entrypoint, runtime_env=runtime_env, submission_id=f"demo-{name}-{uuid.uuid4().hex[:6]}")
-    shown = 0
-    status = "PENDING"
-    logs = ""
+    job_id = submit.submit_job(client, entrypoint, runtime_env, submission_id=f"demo-{name}-{uuid.uuid4().hex[:6]}")
+
+    def show(text: str) -> None:
+        for line in text.splitlines():
+            if line.strip() and not any(n in line for n in NOISE):
+                echo(f"[{name}] {line}")
+
     try:
-        while True:
-            status = str(client.get_job_status(job_id).value)
-            logs = client.get_job_logs(job_id)
-            for line in logs[shown:].splitlines():
-                if line.strip() and not any(n in line for n in NOISE):
-                    echo(f"[{name}] {line}")
-            shown = len(logs)
-            if status in TERMINAL:
-                break
-            if time.monotonic() - started > timeout_s:
-                client.stop_job(job_id)
-                status = f"TIMED OUT after {timeout_s:.0f}s (stopped)"
-                break
-            time.sleep(1.0)
-    except BaseException:
-        client.stop_job(job_id)  # Ctrl-C: do not leave it running on the cluster we are about to stop
-        raise
+        status, logs = submit.follow_job(client, job_id, timeout_s, show, stop_on_interrupt=True)
+    except submit.JobTimedOut as err:
+        status, logs = f"TIMED OUT: {err}", err.logs
     return JobOutcome(name, job_id, status, time.monotonic() - started, result_line(logs, marker))
 
 
@@ -133,6 +123,7 @@ def _summary_table(hc: JobOutcome | None, tr: JobOutcome | None, timings: dict[s
 
 def main(argv: Sequence[str] | None = None) -> int:
     from rich.console import Console
+    from rich.markup import escape
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     parser = cli.JobArgumentParser(prog="python -m jobs.demo", description=__doc__.split("\n\n")[0])
@@ -162,9 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             bar.update(step, completed=target.hosts + 1, description="simulated slice is up")
             timings["up"] = time.monotonic() - started
-        from ray.job_submission import JobSubmissionClient
-
-        client = JobSubmissionClient(cluster.dashboard_url)
+        client = submit.bounded_client(cluster.dashboard_url)
         runtime_env = job_runtime_env(shape)
         echo = lambda line: console.print(line, markup=False, highlight=False)  # noqa: E731
         console.rule(f"healthcheck via the Ray Jobs API at {cluster.dashboard_url}")
@@ -178,6 +167,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         tr = run_job(client, "train", f"python -m jobs.train {train_flags}", runtime_env, "TRAIN", args.job_timeout, echo)
     except local.LocalClusterError as err:
         console.print(f"[red]could not start the simulated slice:[/red] {err}")
+        return 1
+    except submit.SubmitError as err:  # the Jobs API stalled or refused a submission
+        console.print(f"[red]error:[/red] {escape(str(err))}")
         return 1
     finally:
         if cluster is not None and not args.keep_cluster:

@@ -48,7 +48,8 @@ def test_bad_arguments():
     unknown = run("bogus")
     assert unknown.returncode == 2 and "valid: healthcheck, train" in unknown.stderr
     negative = run("healthcheck", "--timeout", "-5")
-    assert negative.returncode == 2 and "--timeout must be a positive number" in negative.stderr
+    assert negative.returncode == 2 and "argument --timeout: -5 is not allowed; use a positive number of seconds" in negative.stderr
+    assert len(negative.stderr.strip().splitlines()) == 1 and "Traceback" not in negative.stderr
     bad_env = run("healthcheck", "--env", "nope")
     assert bad_env.returncode == 2 and "valid environments" in bad_env.stderr
 
