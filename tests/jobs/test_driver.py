@@ -139,3 +139,57 @@ def test_a_user_error_is_not_rerun_whatever_the_budget(sim):
     assert report.outcome.reason.startswith("ValueError: bad input on process")
     assert "a user error: not rerun" in lines[-1]
     assert live_placement_groups() == {}
+
+
+def hold(process, seconds: float):
+    """Occupies the host for `seconds`, reporting progress; returns when it held it (wall clock)."""
+    began = time.time()
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        progress.beat("holding")
+        time.sleep(0.2)
+    return (began, time.time())
+
+
+def race(seconds: float, reserve_timeout_s: float):
+    """Two jobs started together on the one slice; their reports and how long each took."""
+    results: dict[int, tuple] = {}
+    start = threading.Barrier(2, timeout=30)
+
+    def job(i: int) -> None:
+        start.wait()
+        began = time.monotonic()
+        report = run_on_slices(
+            SHAPE, 1, hold, seconds, budget=RetryBudget(), reserve_timeout_s=reserve_timeout_s, timeout_s=60,
+            step_timeout_s=30, name=f"race{i}", log=lambda line: None,
+        )  # fmt: skip
+        results[i] = (report, time.monotonic() - began)
+
+    threads = [threading.Thread(target=job, args=(i,), daemon=True) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "a racing job is stuck"
+    return results[0], results[1]
+
+
+def test_two_jobs_racing_for_one_slice_take_turns(sim):
+    (a, _), (b, _) = race(4.0, reserve_timeout_s=60)
+    assert a.ok and b.ok, (a.describe(), b.describe())
+    assert len(a.attempts) == len(b.attempts) == 1  # the loser waited for the slice; it did not fail and rerun
+    spans = sorted([min(s for s, _ in r.value), max(e for _, e in r.value)] for r in (a, b))
+    assert spans[0][1] <= spans[1][0], f"both held the slice at once: {spans}"
+    assert live_placement_groups() == {}
+
+
+def test_the_loser_of_a_race_fails_within_its_bound_naming_the_busy_slice(sim):
+    (a, a_took), (b, b_took) = race(10.0, reserve_timeout_s=2)  # the slice is held longer than either waits
+    assert [a.ok, b.ok].count(True) == 1, (a.describe(), b.describe())
+    winner, loser, loser_took = (a, b, b_took) if a.ok else (b, a, a_took)
+    assert isinstance(loser.outcome, Failed) and loser.outcome.no_slice and len(loser.attempts) == 1
+    assert loser_took < 15  # bounded: 2 s, plus the inventory for the message
+    assert "could not reserve 1 x v6e 4x4" in loser.outcome.reason and "within 2s" in loser.outcome.reason
+    assert f"slice {SLICE} has hosts 0,1,2,3 of 4 (complete; TPUs in use on worker id 0,1,2,3)" in loser.outcome.reason
+    assert len(winner.value) == SHAPE.hosts
+    assert live_placement_groups() == {}
