@@ -10,10 +10,16 @@ fsdp axis (the chips of one host by default) and replicated over data.
 
 Checkpoints go through `ray.train.report(checkpoint=...)` to `RunConfig(storage_path=...)`: the
 simulation's shared directory (`JOBS_STORAGE_PATH`, set by `jobs.local`) or else the environment
-config's `gs://` bucket. Rerunning with the same `--name` resumes from the newest checkpoint.
+config's `gs://` bucket. Rerunning with the same `--name` resumes from the newest whole checkpoint
+(`jobs.checkpoints`: one cut short is skipped).
+
+A lost host, a hang (`--step-timeout`) or a crash ends the Ray Train run; `run_training` reruns it on
+a whole slice from the newest checkpoint within `--max-preemptions` / `--max-failures`, as
+`jobs.driver` does for every job. A user error is not rerun.
 
 Reports step time, tokens/s, achieved FLOP/s and, on TPU, MFU against the catalog's peak; prints a
-summary and one `TRAIN {json}` line. Exit status: 0 done, 1 failed (or no slice in time), 2 bad flags.
+summary and one `TRAIN {json}` line. Exit status: 0 done, 1 failed (or no slice in time), 2 bad flags,
+130 cancelled.
 """
 
 from __future__ import annotations
