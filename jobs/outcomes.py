@@ -87,9 +87,11 @@ USER_CODE_TYPES = frozenset({"RayTaskError", "UserExceptionWithTraceback"})
 NO_SLICE_TYPES = frozenset({"WorkerGroupStartupTimeoutError"})
 # Attributes under which Ray Train's errors keep the error they wrap (`_base_exc`: the user's own).
 RAY_TRAIN_WRAPPED = ("health_check_failure", "controller_failure", "_base_exc")
-# Errors whose text is that of what they wrap plus tracebacks (file, function and source lines): the
-# markers below are matched against the wrapped errors' own messages instead.
+# Errors whose text holds tracebacks: the markers below are matched against its exception lines only
+# (`_peer_lost_line`), not file, function or source lines. Ray's serialization drops a task exception's
+# `__cause__`, so a peer error the user's code re-raised lives on only in that text.
 WRAPPER_TYPES = frozenset({"RayTaskError", "UserExceptionWithTraceback", "TrainingFailedError", "WorkerHealthCheckFailedError"})
+_TRACEBACK_LINES = ("ray::", "Traceback (most recent call last)", "The above exception", "During handling of the above")
 # What `jax.distributed` (gRPC coordination service) and the collectives (Gloo on CPU, ICI/DCN on
 # TPU) say when a peer process disappears. Matched case-insensitively in the message.
 PEER_LOST_MARKERS = (
@@ -128,6 +130,27 @@ def _chain(error: BaseException) -> list[BaseException]:
     return seen
 
 
+def _peer_lost_line(error: BaseException) -> str | None:
+    """The reason to give when `error` says a peer went away, else None (pure). An error that carries
+    tracebacks is read by its exception lines only (`Type: message`, unindented), not its file,
+    function and source lines, and the reason is the line that said it."""
+    if not _type_names(error) & WRAPPER_TYPES:
+        return _first_line(error) if any(m in str(error).lower() for m in PEER_LOST_MARKERS) else None
+    for line in str(error).splitlines():
+        if line and not line[0].isspace() and not line.startswith(_TRACEBACK_LINES):
+            if any(m in line.lower() for m in PEER_LOST_MARKERS):
+                return line.strip()
+    return None
+
+
+def _user_failures(error: BaseException) -> list[BaseException]:
+    """The ranks' failures in a Ray Train error that are the training function's own exceptions: Ray
+    Train unwraps them before raising, so they are whatever the function raised, not Ray's errors."""
+    failures = getattr(error, "worker_failures", None)
+    values = failures.values() if isinstance(failures, dict) else ()
+    return [f for f in values if isinstance(f, BaseException) and not {"RayError", "RayTrainError"} & _type_names(f)]
+
+
 def _type_names(error: BaseException) -> set[str]:
     return {cls.__name__ for cls in type(error).__mro__}
 
@@ -157,10 +180,10 @@ def classify(error: BaseException, dead_hosts: Sequence[str] = ()) -> HostLost |
     for e in chain:
         if _type_names(e) & HOST_LOST_TYPES or getattr(e, "preempted", False) is True:
             return HostLost(_first_line(e))
-    for e in chain:
-        message = "" if _type_names(e) & WRAPPER_TYPES else str(e).lower()
-        if any(marker in message for marker in PEER_LOST_MARKERS):
-            return HostLost(_first_line(e))
+    for e in sorted(chain, key=lambda e: bool(_type_names(e) & WRAPPER_TYPES)):  # own messages first
+        line = _peer_lost_line(e)
+        if line:
+            return HostLost(line)
     for e in chain:
         if isinstance(e, ReservationError):
             return Failed(str(e), user_error=False)
@@ -170,6 +193,8 @@ def classify(error: BaseException, dead_hosts: Sequence[str] = ()) -> HostLost |
         if _type_names(e) & USER_CODE_TYPES:  # the job's own code raised: say what it raised
             user = getattr(e, "_base_exc", None)
             return Failed(_first_line(user if isinstance(user, BaseException) else e), user_error=True)
+        if _user_failures(e):
+            return Failed(_first_line(_user_failures(e)[0]), user_error=True)
     # Our bounded waits (TimeoutError) and Ray's and Ray Train's own errors are infrastructure;
     # anything else was raised by code, and will be raised again by a rerun.
     infrastructure = isinstance(error, TimeoutError) or bool({"RayError", "RayTrainError"} & _type_names(error))

@@ -1,6 +1,7 @@
 """The run driver's pure parts: `decide` (what reruns, against which budget, and the exact
-boundaries), `lost_hosts` on hand-built `ray.nodes()` entries, `may_be_node_death`,
-`RetryBudget.from_args` through the real CLI flags, and how an `Attempt` and a `RunReport` read."""
+boundaries), `lost_hosts` and `watched_hosts` on hand-built `ray.nodes()` entries, `may_be_node_death`,
+`RetryBudget.from_args` through the real CLI flags, how an `Attempt` and a `RunReport` read, the
+`retry` loop driven by scripted outcomes, and what `report_failure`/`print_attempts` print."""
 
 from __future__ import annotations
 
@@ -9,10 +10,23 @@ import argparse
 import pytest
 import ray.exceptions as rx
 
+from infra import catalog
 from jobs.cli import add_fault_flags
-from jobs.driver import Attempt, RetryBudget, RunReport, decide, lost_hosts, may_be_node_death
+from jobs.driver import (
+    Attempt,
+    RetryBudget,
+    RunReport,
+    WatchedHost,
+    decide,
+    lost_hosts,
+    may_be_node_death,
+    print_attempts,
+    report_failure,
+    retry,
+    watched_hosts,
+)
 from jobs.outcomes import Cancelled, Failed, HostLost, NoProgressError, Succeeded
-from jobs.slices import Host, ReservationError, SliceUnavailableError
+from jobs.slices import POD_TYPE_LABEL, SLICE_NAME_LABEL, WORKER_ID_LABEL, Host, ReservationError, SliceUnavailableError
 
 LOST = HostLost("NodeDiedError: node 10.0.0.3 died")
 CRASH = Failed("WorkerCrashedError: The worker died unexpectedly", user_error=False)
@@ -223,3 +237,167 @@ def test_a_successful_run_may_return_a_falsy_value():
     report = RunReport(Succeeded(None), (Attempt(1, Succeeded(None), ("tpu-a",), None, 1.0),))
     assert report.ok and report.value is None
     assert RunReport(Succeeded(0), ()).value == 0 and RunReport(Succeeded(0), ()).ok
+
+
+# --- watched_hosts --------------------------------------------------------------------------------
+
+SHAPE = catalog.shape("v6e", "4x4")  # pod type v6e-16, 4 hosts
+
+
+def tpu_node(node_id, slice_name, worker_id, alive=True, pod_type="v6e-16"):
+    """A `ray.nodes()` entry of a TPU host, with the labels Ray sets on it."""
+    labels = {POD_TYPE_LABEL: pod_type, SLICE_NAME_LABEL: slice_name, WORKER_ID_LABEL: str(worker_id)}
+    return {"NodeID": node_id, "Alive": alive, "NodeManagerAddress": "10.0.0.9", "Labels": labels}
+
+
+def test_the_shape_under_test_has_the_pod_type_the_nodes_are_labelled_with():
+    assert SHAPE.pod_type == "v6e-16"
+
+
+def test_watched_hosts_are_the_alive_hosts_of_the_shapes_pod_type_with_slice_and_worker_id():
+    nodes = [
+        {"NodeID": "head", "Alive": True, "Labels": {}},  # the CPU head node
+        tpu_node("a0", "tpu-a", 0),
+        tpu_node("a1", "tpu-a", 1),
+        tpu_node("a2", "tpu-a", 2, alive=False),  # already dead: not this attempt's to lose
+        tpu_node("b3", "tpu-b", 3),
+        tpu_node("c0", "tpu-c", 0, pod_type="v6e-64"),  # another shape
+        {"NodeID": "cpu", "Alive": True},  # no labels at all
+        {"NodeID": "cpu2", "Alive": True, "Labels": None},
+    ]
+    assert watched_hosts(nodes, SHAPE) == (
+        WatchedHost("a0", "tpu-a", 0),
+        WatchedHost("a1", "tpu-a", 1),
+        WatchedHost("b3", "tpu-b", 3),
+    )
+
+
+def test_watched_hosts_without_a_slice_name_or_a_usable_worker_id_are_still_watched():
+    labels = {POD_TYPE_LABEL: "v6e-16"}
+    nodes = [
+        {"NodeID": "x", "Alive": True, "Labels": labels},
+        {"NodeID": "y", "Alive": True, "Labels": {**labels, SLICE_NAME_LABEL: "tpu-a", WORKER_ID_LABEL: "w1"}},
+    ]
+    assert watched_hosts(nodes, SHAPE) == (WatchedHost("x", "?", -1), WatchedHost("y", "tpu-a", -1))
+
+
+def test_no_nodes_of_the_shape_means_nothing_watched():
+    assert watched_hosts([], SHAPE) == ()
+    assert watched_hosts([tpu_node("a0", "tpu-a", 0)], catalog.shape("v6e", "8x8")) == ()
+
+
+def test_lost_hosts_names_the_watched_hosts_that_died_since():
+    before = [tpu_node("a0", "tpu-a", 0), tpu_node("a1", "tpu-a", 1), tpu_node("b2", "tpu-b", 2), tpu_node("b3", "tpu-b", 3)]
+    watched = watched_hosts(before, SHAPE)
+    assert lost_hosts(watched, before) == []
+    later = [tpu_node("a0", "tpu-a", 0), tpu_node("a1", "tpu-a", 1, alive=False), tpu_node("b3", "tpu-b", 3)]  # b2 gone
+    assert lost_hosts(watched, later) == ["worker 1 of slice tpu-a", "worker 2 of slice tpu-b"]
+
+
+# --- retry ----------------------------------------------------------------------------------------
+
+
+class Script:
+    """`attempt_once` for `retry`: returns the next scripted outcome, and records the numbers asked for."""
+
+    def __init__(self, *outcomes):
+        self.outcomes = list(outcomes)
+        self.numbers = []
+
+    def __call__(self, number):
+        self.numbers.append(number)
+        return Attempt(number, self.outcomes[len(self.numbers) - 1], (), None, 0.0)
+
+
+def run_script(budget, *outcomes):
+    """`retry` over the script: (the report, the numbers attempted, the log lines)."""
+    script, lines = Script(*outcomes), []
+    report = retry(script, budget, "train demo", lines.append)
+    return report, script.numbers, lines
+
+
+RERUN = "released the slice, rerunning on a whole one"
+OK = Succeeded({"loss": 0.1})
+
+
+def test_retry_stops_at_the_first_success_and_reports_every_attempt():
+    report, numbers, lines = run_script(RetryBudget(max_preemptions=3, max_failures=1), LOST, CRASH, OK, LOST)
+    assert numbers == [1, 2, 3]
+    assert report.ok and report.value == {"loss": 0.1} and report.outcome is OK
+    assert [a.number for a in report.attempts] == [1, 2, 3]
+    assert [a.outcome for a in report.attempts] == [LOST, CRASH, OK]
+    # One line per rerun, and nothing after the success.
+    assert len(lines) == 2 and all(line.startswith("train demo: attempt ") and line.endswith(RERUN) for line in lines)
+    assert lines[0].startswith("train demo: attempt 1: host-lost") and lines[1].startswith("train demo: attempt 2: failed")
+
+
+def test_retry_that_succeeds_at_once_runs_once_and_logs_nothing():
+    report, numbers, lines = run_script(RetryBudget(), OK)
+    assert (numbers, lines) == ([1], [])
+    assert report == RunReport(OK, (Attempt(1, OK, (), None, 0.0),))
+
+
+def test_retry_reruns_lost_hosts_up_to_max_preemptions_then_stops_with_the_budget_message():
+    report, numbers, lines = run_script(RetryBudget(max_preemptions=2, max_failures=0), *[LOST] * 5)
+    assert numbers == [1, 2, 3]  # two reruns
+    assert not report.ok and report.outcome == LOST and len(report.attempts) == 3
+    assert lines[:2] == [f"train demo: {report.attempts[i].describe()}; {RERUN}" for i in range(2)]
+    assert lines[-1] == f"train demo: {report.attempts[2].describe()}; 3 host-lost fault(s), more than --max-preemptions 2"
+    assert len(lines) == 3
+
+
+@pytest.mark.parametrize(
+    "outcome, says",
+    [
+        pytest.param(USER, "a user error: not rerun", id="user-error"),
+        pytest.param(CANCELLED, "cancelled: not rerun", id="cancelled"),
+        pytest.param(NO_SLICE, "--reserve-timeout", id="no-slice"),
+    ],
+)
+def test_retry_never_reruns_a_user_error_a_cancellation_or_no_slice(outcome, says):
+    report, numbers, lines = run_script(RetryBudget(max_preemptions=100, max_failures=100), outcome, OK)
+    assert numbers == [1]
+    assert report.outcome is outcome and not report.ok and len(report.attempts) == 1
+    assert len(lines) == 1 and lines[0].startswith("train demo: attempt 1: ") and says in lines[0]
+    assert RERUN not in lines[0]
+
+
+def test_retry_after_reruns_stops_at_a_user_error():
+    report, numbers, lines = run_script(RetryBudget(max_preemptions=3, max_failures=3), LOST, CRASH, USER, OK)
+    assert numbers == [1, 2, 3]
+    assert report.outcome is USER and [a.number for a in report.attempts] == [1, 2, 3]
+    assert [RERUN in line for line in lines] == [True, True, False]
+
+
+# --- report_failure and print_attempts --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "outcome, status",
+    [
+        pytest.param(LOST, 1, id="host-lost"),
+        pytest.param(CRASH, 1, id="crash"),
+        pytest.param(USER, 1, id="user-error"),
+        pytest.param(NO_SLICE, 1, id="no-slice"),
+        pytest.param(CANCELLED, 130, id="cancelled"),
+    ],
+)
+def test_report_failure_prints_one_failed_line_to_stderr_and_returns_the_exit_status(outcome, status, capsys):
+    report = RunReport(outcome, (Attempt(1, outcome, (), None, 1.0),))
+    assert report_failure(report, "train demo") == status
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == f"train demo FAILED ({outcome.kind}): {outcome.reason}\n"
+
+
+def test_print_attempts_prints_nothing_for_a_single_attempt(capsys):
+    print_attempts(RunReport(OK, (Attempt(1, OK, ("tpu-a",), None, 3.0),)))
+    assert capsys.readouterr() == ("", "")
+
+
+def test_print_attempts_prints_each_attempt_after_reruns(capsys):
+    attempts = (Attempt(1, LOST, ("tpu-a",), "10.0.0.1:8476", 30.0), Attempt(2, OK, ("tpu-b",), "10.0.0.5:8476", 60.0))
+    print_attempts(RunReport(OK, attempts))
+    out, err = capsys.readouterr()
+    assert err == ""
+    assert out.splitlines() == ["  attempts:"] + [f"    {a.describe()}" for a in attempts]

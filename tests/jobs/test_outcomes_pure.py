@@ -1,7 +1,8 @@
-"""`jobs.outcomes.classify` on exceptions built by hand (real `ray.exceptions` classes included), and
-the typed results it returns: what counts as a lost host (including the collateral gRPC/Gloo errors of
-the peers of a lost host), an infrastructure failure, a user error, no slice, or a cancellation, and
-how `dead_hosts` overrides the exception."""
+"""`jobs.outcomes.classify` on exceptions built by hand (real `ray.exceptions` and `ray.train.v2`
+classes included), and the typed results it returns: what counts as a lost host (including the
+collateral gRPC/Gloo errors of the peers of a lost host), an infrastructure failure, a user error, no
+slice, or a cancellation, and how `dead_hosts` overrides the exception; then what Ray Train's `fit()`
+raises (worker group, controller and preemption errors), and errors as Ray really delivers them."""
 
 from __future__ import annotations
 
@@ -11,7 +12,17 @@ import traceback
 
 import pytest
 import ray.exceptions as rx
+from ray import cloudpickle as ray_cloudpickle
 from ray.core.generated.common_pb2 import ActorDiedErrorContext, NodeDeathInfo
+from ray.train.v2._internal.exceptions import (
+    CheckpointManagerInitializationError,
+    UserExceptionWithTraceback,
+    WorkerGroupStartupTimeoutError,
+    WorkerHealthCheckFailedError,
+)
+from ray.train.v2._internal.execution.worker_group.poll import WorkerGroupPollStatus, WorkerStatus
+from ray.train.v2.api.exceptions import ControllerError, NCCLHangError, PreemptionError, WorkerGroupError
+from ray.train.v2.api.preemption import PreemptionInfo
 
 from infra import catalog
 from jobs.outcomes import Cancelled, Failed, HostLost, NoProgressError, Succeeded, classify
@@ -313,3 +324,212 @@ def test_a_marker_word_in_the_traceback_only_does_not_make_a_user_error_a_lost_h
     assert "megascale" in str(error).lower()  # the traceback mentions it...
     assert "megascale" not in str(error.cause).lower()  # ...the error itself does not
     assert classify(error) == Failed("KeyError: 'metrics/step_12'", user_error=True)
+
+
+# --- Ray Train: what `fit()` raises (real `ray.train.v2` classes) --------------------------------
+
+
+def user_exception(fn, *args) -> UserExceptionWithTraceback:
+    """What a Ray Train worker keeps when its training function raised: the exception, and its
+    traceback as text (file, function and source lines)."""
+    error = raised_from(fn, *args)
+    return UserExceptionWithTraceback(error, "".join(traceback.format_exception(error)))
+
+
+def _train_step(message: str, error_type: type = ValueError) -> None:
+    raise error_type(message)
+
+
+def health_check_failed(failure: BaseException) -> WorkerHealthCheckFailedError:
+    """A worker whose poll failed (its actor died), as Ray Train's worker group reports it."""
+    return WorkerHealthCheckFailedError("A worker health check failed.\nWorker info: Worker(rank=0)", failure=failure)
+
+
+def worker_group_error(failures: dict) -> WorkerGroupError:
+    text = "\n".join(f"[Rank {rank} Error Snippet]:\n{error}" for rank, error in failures.items())
+    return WorkerGroupError(text, worker_failures=failures)
+
+
+def preemption_error() -> PreemptionError:
+    return PreemptionError(PreemptionInfo(deadline_ms=None, preempted_node_to_ranks={"node-b": [3, 2]}))
+
+
+def user_value_error() -> UserExceptionWithTraceback:
+    return user_exception(_train_step, "learning rate must be positive, got -0.1")
+
+
+RAY_TRAIN_USER_ERROR_CASES = [
+    pytest.param(worker_group_error({0: user_value_error()}), id="one-rank"),
+    pytest.param(worker_group_error({r: user_value_error() for r in range(4)}), id="every-rank"),
+    pytest.param(user_value_error(), id="user-exception-alone"),
+]
+
+
+@pytest.mark.parametrize("error", RAY_TRAIN_USER_ERROR_CASES)
+def test_a_training_functions_exception_is_a_user_error_naming_it_not_the_wrapper(error):
+    outcome = classify(error)
+    assert outcome == Failed("ValueError: learning rate must be positive, got -0.1", user_error=True)
+    assert outcome.kind == "user-error"
+
+
+def _read_megascale_env_in_train(step: int) -> None:
+    raise KeyError(f"metrics/step_{step}")
+
+
+def test_a_marker_word_in_a_training_traceback_only_does_not_make_a_user_error_a_lost_host():
+    wrapped = user_exception(_read_megascale_env_in_train, 12)
+    assert "megascale" in str(wrapped).lower()  # its text is the traceback, which mentions it...
+    assert "megascale" not in str(wrapped._base_exc).lower()  # ...the error itself does not
+    for error in (wrapped, worker_group_error({0: wrapped, 1: wrapped})):
+        assert classify(error) == Failed("KeyError: 'metrics/step_12'", user_error=True)
+
+
+RAY_TRAIN_HOST_LOST_CASES = [
+    pytest.param(
+        preemption_error(), "PreemptionError: Training was interrupted by node preemption (preempted_ranks=[2, 3]", id="preemption"
+    ),
+    pytest.param(
+        worker_group_error({1: health_check_failed(actor_died(preempted=True))}),
+        "ActorDiedError: The actor died unexpectedly",
+        id="worker-on-a-preempted-node",
+    ),
+    pytest.param(
+        worker_group_error(
+            {
+                0: user_exception(_train_step, "DEADLINE_EXCEEDED: Barrier timed out. Id: step_12", XlaRuntimeError),
+                1: health_check_failed(actor_died(preempted=False)),
+                2: user_exception(_train_step, "INTERNAL: Gloo all-reduce failed: Connection reset by peer", XlaRuntimeError),
+            }
+        ),
+        "XlaRuntimeError: DEADLINE_EXCEEDED: Barrier timed out",
+        id="one-rank-died-the-others-lost-their-peer",
+    ),
+    pytest.param(
+        worker_group_error(
+            {
+                0: health_check_failed(actor_died(preempted=False)),
+                1: XlaRuntimeError("INTERNAL: Gloo all-reduce failed: Connection reset by peer"),
+            }
+        ),
+        "XlaRuntimeError: INTERNAL: Gloo all-reduce failed",
+        id="peer-error-unwrapped-as-ray-train-delivers-it",
+    ),
+    pytest.param(
+        ControllerError(worker_group_error({0: health_check_failed(rx.NodeDiedError("node 10.0.0.3 is dead"))})),
+        "NodeDiedError: node 10.0.0.3 is dead",
+        id="node-died-under-the-controller",
+    ),
+]
+
+
+@pytest.mark.parametrize("error, reason_start", RAY_TRAIN_HOST_LOST_CASES)
+def test_ray_train_preemptions_and_peers_of_a_dead_rank_are_host_lost(error, reason_start):
+    outcome = classify(error)
+    assert isinstance(outcome, HostLost), outcome
+    assert outcome.reason.startswith(reason_start), outcome.reason
+
+
+RAY_TRAIN_INFRA_CASES = [
+    pytest.param(
+        worker_group_error({2: health_check_failed(actor_died(preempted=False))}),
+        "ActorDiedError: The actor died unexpectedly",
+        id="worker-actor-died",
+    ),
+    pytest.param(
+        worker_group_error({0: health_check_failed(rx.WorkerCrashedError())}),
+        "WorkerCrashedError: The worker died unexpectedly",
+        id="worker-crashed",
+    ),
+    pytest.param(
+        ControllerError(RuntimeError("callback on_worker_group_start failed")),
+        "ControllerError: Training failed due to controller error",
+        id="controller-runtime-error",
+    ),
+    pytest.param(
+        ControllerError(ValueError("snapshot version 3 is not supported")),
+        "ControllerError: Training failed due to controller error",
+        id="controller-value-error-is-ray-trains-not-the-jobs",
+    ),
+    pytest.param(
+        ControllerError(CheckpointManagerInitializationError("the snapshot references missing checkpoints")),
+        "ControllerError: ",
+        id="controller-checkpoint-manager",
+    ),
+    pytest.param(
+        NCCLHangError("NCCL RAS reports a hung collective", worker_failures={}),
+        "NCCLHangError: Training failed due to worker errors",
+        id="worker-group-error-without-failures",
+    ),
+]
+
+
+@pytest.mark.parametrize("error, reason_start", RAY_TRAIN_INFRA_CASES)
+def test_ray_train_crashes_and_its_own_errors_are_failed_but_not_user_errors(error, reason_start):
+    outcome = classify(error)
+    assert isinstance(outcome, Failed), outcome
+    assert (outcome.user_error, outcome.no_slice, outcome.kind) == (False, False, "failed")
+    assert outcome.reason.startswith(reason_start), outcome.reason
+
+
+def _controller_error_from(cause: BaseException) -> ControllerError:
+    """`raise ControllerError(e) from e`, as Ray Train's callback manager does."""
+    try:
+        raise ControllerError(cause) from cause
+    except ControllerError as caught:
+        return caught
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        pytest.param(ControllerError(WorkerGroupStartupTimeoutError(num_workers=4)), id="controller-error"),
+        pytest.param(_controller_error_from(WorkerGroupStartupTimeoutError(num_workers=4)), id="raised-from"),
+        pytest.param(WorkerGroupStartupTimeoutError(num_workers=4), id="alone"),
+    ],
+)
+def test_ray_train_not_starting_a_whole_worker_group_in_time_is_no_slice(error):
+    outcome = classify(error)
+    assert isinstance(outcome, Failed), outcome
+    assert outcome.no_slice and not outcome.user_error
+    assert outcome.reason.startswith("WorkerGroupStartupTimeoutError: The worker group startup timed out"), outcome.reason
+    assert "4 workers" in outcome.reason
+    # No host of this attempt can have been lost: it never had its workers.
+    assert classify(error, dead_hosts=DEAD) == outcome
+
+
+@pytest.mark.parametrize(
+    "error, first_line",
+    [
+        pytest.param(
+            worker_group_error({1: health_check_failed(actor_died(preempted=False))}),
+            "WorkerGroupError: Training failed due to worker errors",
+            id="worker-actor-died",
+        ),
+        pytest.param(
+            ControllerError(RuntimeError("callback failed")), "ControllerError: Training failed due to controller error", id="controller"
+        ),
+    ],
+)
+def test_dead_hosts_make_a_ray_train_failure_a_lost_host_naming_them(error, first_line):
+    outcome = classify(error, dead_hosts=DEAD)
+    assert isinstance(outcome, HostLost), outcome
+    for host in DEAD:
+        assert host in outcome.reason
+    assert first_line in outcome.reason
+
+
+# --- as Ray really delivers them: unwrapped by Ray Train, serialized by Ray -------------------------
+
+
+def test_a_user_error_as_ray_train_really_delivers_it_is_a_user_error():
+    statuses = {rank: WorkerStatus(running=False, error=user_value_error()) for rank in range(2)}
+    error = WorkerGroupPollStatus(statuses).get_worker_group_error()
+    assert isinstance(error.worker_failures[0], ValueError)  # unwrapped: no UserExceptionWithTraceback left
+    assert classify(error) == Failed("ValueError: learning rate must be positive, got -0.1", user_error=True)
+
+
+def test_a_peer_error_reraised_by_user_code_is_still_a_lost_host_after_rays_serialization():
+    error = task_error(with_cause(RuntimeError("train step 12 failed"), XlaRuntimeError("DEADLINE_EXCEEDED: coordination service")))
+    received = ray_cloudpickle.loads(ray_cloudpickle.dumps(error))  # what the driver's ray.get gets
+    assert received.cause.__cause__ is None and "DEADLINE_EXCEEDED" in str(received)
+    assert isinstance(classify(received), HostLost)

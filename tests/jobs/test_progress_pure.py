@@ -1,12 +1,17 @@
 """Progress and hang detection without Ray: `ProgressBoard` as a plain class, `stalled`,
-`describe_silence` (the no-progress error text), `beat()` outside a watched run, and `StepWatchdog`
-with a custom `on_stall` (fires after the timeout, not while beats come, not after the watch ends).
+`describe_silence` (the no-progress error text), `beat()` outside a watched run, `StepWatchdog`
+with a custom `on_stall` (fires after the timeout, not while beats come, not after the watch ends),
+and its default (log, report to the board, exit with `NO_PROGRESS_EXIT_CODE`) in a subprocess.
 Timeouts are short and every wait is bounded."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -57,6 +62,16 @@ def test_stall_reports_from_watchdogs_are_kept_per_process_and_returned_as_a_cop
     assert reports == {1: (31.5, 40)}
     reports[0] = (1.0, None)
     assert board.stall_reports() == {1: (31.5, 40)}
+
+
+def test_a_later_stall_report_from_the_same_process_replaces_the_earlier_and_beats_do_not_clear_it():
+    board = ProgressBoard(3)
+    board.report_stall(0, 30.5, None)
+    board.report_stall(2, 31.0, 7)
+    board.report_stall(2, 62.0, 8)
+    board.beat(2, 9)  # a beat after the report does not take the report back
+    assert board.stall_reports() == {0: (30.5, None), 2: (62.0, 8)}
+    assert board.silence()[2][1] == 9
 
 
 # --- stalled --------------------------------------------------------------------------------------
@@ -241,3 +256,82 @@ def test_a_watchdog_without_a_timeout_watches_nothing(timeout):
         assert not on_stall.fired.wait(0.2)
         assert not watchdog._thread.is_alive()
     assert on_stall.calls == []
+
+
+class StallBoard:
+    """Stands in for the board actor handle: `board.report_stall.remote(...)` is recorded."""
+
+    def __init__(self):
+        self.calls = []
+        outer = self
+
+        class _Method:
+            def remote(self, *args):
+                outer.calls.append(args)
+
+        self.report_stall = _Method()
+
+
+def test_a_custom_on_stall_replaces_the_default_exit_and_its_report_to_the_board():
+    on_stall, board = StallRecorder(), StallBoard()
+    with StepWatchdog(0.2, on_stall=on_stall, board=board, process_id=3):
+        assert on_stall.fired.wait(WAIT_S), "no stall reported"
+    assert len(on_stall.calls) == 1
+    assert board.calls == []  # reporting to the board is the default's job, not the custom one's
+
+
+# --- StepWatchdog's default: log, report, exit (in a subprocess: it ends the process) --------------
+
+REPO = Path(__file__).resolve().parents[2]
+# Bound for a subprocess that should exit ~0.3 s after it starts (the interpreter start included).
+EXIT_WITHIN_S = 10.0
+
+SILENT_WORKER = """
+import time
+from jobs.progress import StepWatchdog
+
+class _ReportStall:
+    def remote(self, *args):
+        print("report_stall", *args, flush=True)
+        return "not an object ref"  # ray.get fails on it (no cluster, no auto-connect): the exit goes on
+
+class Board:
+    report_stall = _ReportStall()
+
+with StepWatchdog(0.3, what="training step", board={board}, process_id=2) as watchdog:
+    watchdog.beat(7)
+    time.sleep(60)  # a hang: no more beats
+print("the watch let the hang go on", flush=True)
+"""
+
+
+def run_silent_worker(board: str) -> tuple[subprocess.CompletedProcess, float]:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_ENABLE_AUTO_CONNECT": "0"}
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-c", SILENT_WORKER.format(board=board)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=EXIT_WITHIN_S,
+    )
+    return done, time.monotonic() - started
+
+
+def test_a_silent_worker_logs_and_exits_with_the_no_progress_status():
+    done, took = run_silent_worker("None")
+    assert done.returncode == progress.NO_PROGRESS_EXIT_CODE, done.stderr
+    assert "no progress for" in done.stderr and "after training step 7" in done.stderr
+    assert "the watch let the hang go on" not in done.stdout
+    assert took < EXIT_WITHIN_S / 2
+
+
+def test_a_silent_worker_reports_its_stall_to_the_board_before_exiting():
+    done, _ = run_silent_worker("Board()")
+    assert done.returncode == progress.NO_PROGRESS_EXIT_CODE, done.stderr
+    assert "no progress for" in done.stderr
+    reports = [line.split() for line in done.stdout.splitlines() if line.startswith("report_stall")]
+    assert len(reports) == 1
+    _, process_id, quiet_s, step = reports[0]
+    assert (process_id, step) == ("2", "7") and float(quiet_s) > 0.3

@@ -1,15 +1,20 @@
 """Losing a host in the middle of `train`: the failed Ray Train run is classified as a lost host and
 rerun (under --max-preemptions) as a whole worker group on a complete slice (here the host comes
 back, as GKE recreates a lost TPU VM) from the newest checkpoint, and the run still ends at the asked
-step having lost at most one checkpoint interval."""
+step having lost at most one checkpoint interval. A wedged worker (SIGSTOP: no error, no progress)
+is found by the step watchdogs and handled the same way."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from infra import catalog
@@ -81,3 +86,52 @@ def test_a_killed_host_mid_training_restarts_from_the_newest_checkpoint(sim, tmp
     # at most one checkpoint interval of work was lost.
     assert at_kill <= result.start_step < STEPS
     assert result.processes == SHAPE.hosts
+
+
+def train_worker_pids() -> list[int]:
+    """The Ray Train worker processes now running (Ray titles an actor's process `ray::<class>`)."""
+    pids = []
+    for proc in psutil.process_iter(["cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            if any(part.startswith("ray::RayTrainWorker") for part in proc.info["cmdline"] or ()):
+                pids.append(proc.pid)
+    return pids
+
+
+def test_a_wedged_worker_is_a_hang_and_the_run_resumes_on_a_whole_slice(sim, tmp_path):
+    steps, timeout = 40, 20
+    argv = [
+        *("--generation", "v6e", "--topology", "4x4", "--name", "hang", "--storage", str(tmp_path)),
+        *("--steps", str(steps), "--checkpoint-every", str(EVERY), "--reserve-timeout", "120"),
+        *("--max-preemptions", "1", "--step-timeout", str(timeout), "--learning-rate", "0.02", "--warmup-steps", "1"),
+        *TINY,
+    ]
+    target, config, name, storage, budget = train.parse_config(argv)
+    outcome: dict = {}
+    runner = threading.Thread(
+        target=lambda: outcome.setdefault("report", train.run_training(target, config, name, storage, budget, log=lambda line: None)),
+        daemon=True,
+    )
+    runner.start()
+    deadline = time.monotonic() + 300
+    while newest_checkpoint_step(tmp_path / name) < EVERY and runner.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    workers = train_worker_pids()
+    assert runner.is_alive() and len(workers) == SHAPE.hosts, f"no training to wedge: {outcome}, workers {workers}"
+    at_stop = newest_checkpoint_step(tmp_path / name)
+    wedged = workers[-1]
+    os.kill(wedged, signal.SIGSTOP)  # a wedged host: no error, no progress; its peers block on it
+    try:
+        runner.join(timeout=400)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(wedged, signal.SIGKILL)
+    assert not runner.is_alive(), "training did not finish within 400 s of the wedge"
+    report = outcome["report"]
+    assert report.ok, report.describe()
+    first, second = report.attempts
+    assert isinstance(first.outcome, HostLost), first.describe()
+    assert f"no progress within --step-timeout {timeout}s" in first.outcome.reason
+    assert isinstance(second.outcome, Succeeded)
+    assert report.value.steps == steps
+    assert at_stop <= report.value.start_step < steps  # at most one checkpoint interval lost
