@@ -56,14 +56,22 @@ class SliceTarget:
         return f"{self.slices} x {self.shape}"
 
 
-def positive_int(text: str) -> int:
+def whole_number(text: str, minimum: int) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number; use 1 or more") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not allowed; use 1 or more")
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number; use {minimum} or more") from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"{value} is not allowed; use {minimum} or more")
     return value
+
+
+def positive_int(text: str) -> int:
+    return whole_number(text, 1)
+
+
+def non_negative_int(text: str) -> int:
+    return whole_number(text, 0)
 
 
 def positive_number(text: str, unit: str = "") -> float:
@@ -141,16 +149,6 @@ def add_fault_flags(
         help=f"a step that makes no progress for this long counts as a lost host (default {step_timeout_s:.0f}; "
         "the first step includes compilation)",
     )
-
-
-def non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number; use 0 or more") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} is not allowed; use 0 or more")
-    return value
 
 
 def _load_env(parser: argparse.ArgumentParser, args: argparse.Namespace, needed: bool) -> Environment | None:

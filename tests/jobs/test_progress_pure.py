@@ -128,17 +128,22 @@ def test_a_process_without_a_host_description_is_marked_unknown():
 
 
 class RecordingBoard:
-    """Stands in for the board actor handle: `board.beat.remote(pid, step)` is recorded."""
+    """Stands in for the board actor handle: `board.beat.remote(pid, step)` and
+    `board.report_stall.remote(...)` are recorded, as (method, args)."""
 
     def __init__(self):
         self.calls = []
         outer = self
 
         class _Method:
-            def remote(self, *args):
-                outer.calls.append(args)
+            def __init__(self, name):
+                self.name = name
 
-        self.beat = _Method()
+            def remote(self, *args):
+                outer.calls.append((self.name, args))
+
+        self.beat = _Method("beat")
+        self.report_stall = _Method("report_stall")
 
 
 @pytest.fixture
@@ -158,7 +163,7 @@ def test_beat_once_attached_reports_this_process_and_its_step(detached):
     progress.attach(board, 3)
     progress.beat(12)
     progress.beat()
-    assert board.calls == [(3, 12), (3, None)]
+    assert board.calls == [("beat", (3, 12)), ("beat", (3, None))]
 
 
 # --- StepWatchdog ---------------------------------------------------------------------------------
@@ -258,22 +263,8 @@ def test_a_watchdog_without_a_timeout_watches_nothing(timeout):
     assert on_stall.calls == []
 
 
-class StallBoard:
-    """Stands in for the board actor handle: `board.report_stall.remote(...)` is recorded."""
-
-    def __init__(self):
-        self.calls = []
-        outer = self
-
-        class _Method:
-            def remote(self, *args):
-                outer.calls.append(args)
-
-        self.report_stall = _Method()
-
-
 def test_a_custom_on_stall_replaces_the_default_exit_and_its_report_to_the_board():
-    on_stall, board = StallRecorder(), StallBoard()
+    on_stall, board = StallRecorder(), RecordingBoard()
     with StepWatchdog(0.2, on_stall=on_stall, board=board, process_id=3):
         assert on_stall.fired.wait(WAIT_S), "no stall reported"
     assert len(on_stall.calls) == 1
