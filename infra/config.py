@@ -54,6 +54,11 @@ def _cidr_text(value: Any) -> Any:
     # ipaddress would take an int (or a bool) as an address: a CIDR must be written as one.
     if not isinstance(value, (str, IPv4Network)):
         raise ValueError(f"{value!r} is not a CIDR range; write it like 10.10.0.0/20")
+    if isinstance(value, str):
+        try:
+            return IPv4Network(value)
+        except ValueError as err:  # pydantic's own message says neither why nor what would do
+            raise ValueError(f"{value!r} is not a CIDR range ({err}); write it like 10.10.0.0/20") from None
     return value
 
 
@@ -400,7 +405,11 @@ def environment_path(env: str | Path) -> Path:
 def load_environment(env: str | Path) -> Environment:
     path = environment_path(env)
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise ConfigError(str(path), [f"not UTF-8 text: byte {err.object[err.start]:#04x} at offset {err.start} ({err.reason})"]) from None
+    except OSError as err:
+        raise ConfigError(str(path), [f"cannot read the file: {err.strerror or err}"]) from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -31,6 +31,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from infra.argtypes import positive_seconds
 from infra.catalog import CatalogError
 from infra.config import ConfigError, Environment, environment_names, load_environment
 from infra.names import CPU_POOL_NAME
@@ -322,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m infra.doctor", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--env", default="dev", help=f"environment name ({', '.join(environment_names())}) or a .yaml path")
     parser.add_argument("--endpoint", default=None, help=f"GKE API endpoint (default {DEFAULT_ENDPOINT}); a non-Google one gets no credentials")
-    parser.add_argument("--timeout", type=float, default=20.0, help="seconds per API call (and for the Ray report)")
+    parser.add_argument("--timeout", type=positive_seconds, default=20.0, help="seconds per API call (and for the Ray report)")
     parser.add_argument("--ray-address", default=None, help="also report the complete idle slices this Ray cluster sees")
     args = parser.parse_args(argv)
     try:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import NoReturn, Sequence
 
 from infra import catalog
+from infra.argtypes import non_negative_int, positive_int, positive_number, positive_seconds, whole_number  # noqa: F401 - part of this module's API
 from infra.config import ConfigError, Environment, load_environment
 
 DEFAULT_ENV = "dev"
@@ -54,39 +55,6 @@ class SliceTarget:
 
     def describe(self) -> str:
         return f"{self.slices} x {self.shape}"
-
-
-def whole_number(text: str, minimum: int) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number; use {minimum} or more") from None
-    if value < minimum:
-        raise argparse.ArgumentTypeError(f"{value} is not allowed; use {minimum} or more")
-    return value
-
-
-def positive_int(text: str) -> int:
-    return whole_number(text, 1)
-
-
-def non_negative_int(text: str) -> int:
-    return whole_number(text, 0)
-
-
-def positive_number(text: str, unit: str = "") -> float:
-    what = f"a positive number of {unit}" if unit else "a positive number"
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number; use {what}") from None
-    if not 0 < value < float("inf"):  # also rejects nan
-        raise argparse.ArgumentTypeError(f"{text} is not allowed; use {what}")
-    return value
-
-
-def positive_seconds(text: str) -> float:
-    return positive_number(text, "seconds")
 
 
 def add_slice_flags(parser: argparse.ArgumentParser, *, reserve_timeout: bool = True) -> None:

@@ -96,7 +96,7 @@ def _summary_table(hc: JobOutcome | None, tr: JobOutcome | None, timings: dict[s
     table.add_column("step")
     table.add_column("status")
     table.add_column("details")
-    table.add_row("local slice up", "ok", f"{timings.get('up', 0):.0f} s")
+    table.add_row("local slice up", "ok" if "up" in timings else "FAILED", f"{timings.get('up', 0):.0f} s")
     if hc:
         r = hc.result or {}
         details = (
@@ -134,6 +134,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--state-dir", default=str(local.DEFAULT_STATE_DIR))
     parser.add_argument("--keep-cluster", action="store_true", help="leave the simulated slice running")
     args, target = cli.parse(parser, argv)
+    problem = local.state_dir_problem(args.state_dir)
+    if problem:  # a bad flag: say so before anything starts
+        parser.error(f"argument --state-dir: {problem}")
     os.environ.update(local.ray_env(Path(args.state_dir).resolve() / "ray"))  # for the Jobs client too
     console = Console()
     shape = target.shape

@@ -13,6 +13,7 @@ right, 1 when it is not (or the slice cannot be reserved in time), 2 for bad arg
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import socket
@@ -24,8 +25,7 @@ from typing import Sequence
 
 from infra import catalog
 
-from jobs import cli
-from jobs import progress
+from jobs import cli, progress
 from jobs.driver import RetryBudget, RunReport, print_attempts, report_failure, run_on_slices
 from jobs.outcomes import Succeeded
 from jobs.slices import JaxProcess, initialize_jax, missing_worker_ids
@@ -292,8 +292,12 @@ def _parser() -> cli.JobArgumentParser:
     return parser
 
 
+def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, cli.SliceTarget]:
+    return cli.parse(_parser(), argv)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args, target = cli.parse(_parser(), argv)
+    args, target = parse_args(argv)
     print(f"healthcheck: reserving {target.describe()} (timeout {target.reserve_timeout_s:.0f}s)", flush=True)
     connect_ray()
     report = run_healthcheck(

@@ -139,6 +139,21 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def state_dir_problem(state_dir: str | Path) -> str | None:
+    """Why `state_dir` cannot hold a local cluster (its state, logs and Ray's sockets), or None."""
+    state_dir = Path(state_dir).resolve()
+    existing = next(p for p in (state_dir, *state_dir.parents) if p.exists())  # the root always exists
+    if not existing.is_dir():
+        return f"{existing} is not a directory; pass another --state-dir"
+    temp_dir = state_dir / "ray"
+    if len(str(temp_dir)) + _RAY_SOCKET_SUFFIX > _MAX_SOCKET_PATH:
+        return (
+            f"{temp_dir} is too long for Ray's unix sockets (at most {_MAX_SOCKET_PATH - _RAY_SOCKET_SUFFIX} "
+            "characters); pass a shorter --state-dir"
+        )
+    return None
+
+
 def _ray_start(args: Sequence[str], env: dict[str, str], log: Path) -> subprocess.Popen:
     command = [sys.executable, "-m", "ray.scripts.scripts", "start", "--block", "--disable-usage-stats", *args]
     with open(log, "w") as out:
@@ -235,13 +250,14 @@ def up(
             f"{existing.topology}); `python -m jobs.local status` shows it, `python -m jobs.local down` stops it"
         )
     temp_dir = state_dir / "ray"
-    if len(str(temp_dir)) + _RAY_SOCKET_SUFFIX > _MAX_SOCKET_PATH:
-        raise LocalClusterError(
-            f"{temp_dir} is too long for Ray's unix sockets (at most {_MAX_SOCKET_PATH - _RAY_SOCKET_SUFFIX} "
-            "characters); pass a shorter --state-dir"
-        )
-    (state_dir / "logs").mkdir(parents=True, exist_ok=True)
-    temp_dir.mkdir(parents=True, exist_ok=True)
+    problem = state_dir_problem(state_dir)
+    if problem:
+        raise LocalClusterError(problem)
+    try:
+        (state_dir / "logs").mkdir(parents=True, exist_ok=True)
+        temp_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise LocalClusterError(f"cannot create {err.filename or state_dir}: {err.strerror}; pass another --state-dir") from None
     Path(state_dir, STATE_FILE).unlink(missing_ok=True)
 
     gcs_port, dashboard_port, client_port = _free_port(), _free_port(), _free_port()
@@ -414,6 +430,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "up":
             target = resolve_target(parser, args)
+            problem = state_dir_problem(args.state_dir)
+            if problem:  # a bad flag: say so before anything starts
+                parser.error(f"argument --state-dir: {problem}")
             started = time.monotonic()
             cluster = up(
                 target.shape,

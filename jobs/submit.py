@@ -320,6 +320,14 @@ def submit(
     return follow(client, job_id, timeout_s)
 
 
+def check_job_args(job: str, argv: list[str]) -> None:
+    """Parse the job's arguments here, as the job will on the cluster, so a bad flag fails now (exit 2,
+    one paragraph naming it) rather than minutes later on the cluster."""
+    import importlib
+
+    importlib.import_module(f"jobs.{job}").parse_args(argv)
+
+
 def _parse(argv: list[str]) -> argparse.Namespace:
     parser = JobArgumentParser(prog="python -m jobs.submit", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -351,9 +359,12 @@ def main(argv: list[str] | None = None) -> int:
         print(shlex.join(credentials_command(env)))
         return 0
     if args.job not in WORKLOADS:
-        print(f"error: job {args.job!r} is not a workload; valid: {', '.join(WORKLOADS)}", file=sys.stderr)
+        which = f"job {args.job!r} is not a workload" if args.job else "no job given"
+        print(f"error: {which}; valid: {', '.join(WORKLOADS)}", file=sys.stderr)
         return 2
-    entrypoint = shlex.join(["python", "-m", f"jobs.{args.job}", *shape_args(env), *args.job_args])
+    job_argv = [*shape_args(env), *args.job_args]
+    check_job_args(args.job, job_argv)  # exits 2 on a bad flag, before any upload
+    entrypoint = shlex.join(["python", "-m", f"jobs.{args.job}", *job_argv])
     env_vars = dict(kv.split("=", 1) for kv in args.env_var)
     try:
         with (contextlib.nullcontext(args.address) if args.address else port_forward(env)) as address:

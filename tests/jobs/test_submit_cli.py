@@ -58,3 +58,18 @@ def test_print_credentials_command():
     proc = run("--print-credentials-command", "--env", "prod")
     assert proc.returncode == 0
     assert proc.stdout.strip() == "gcloud container clusters get-credentials ray-tpu-prod --location us-central1-c --project my-gcp-project"
+
+
+def test_the_jobs_own_arguments_are_checked_before_anything_is_submitted():
+    # Nothing listens on port 9: the error must come from the argument check, before any request.
+    for job, flag, message in [
+        ("healthcheck", ["--slices", "0"], "argument --slices: 0 is not allowed; use 1 or more"),
+        ("train", ["--steps", "-3"], "argument --steps: -3 is not allowed; use 1 or more"),
+        ("train", ["--topology", "9x9"], "argument --topology"),
+    ]:
+        proc = run(job, "--address", "http://127.0.0.1:9", "--", *flag)
+        assert proc.returncode == 2, proc.stderr
+        assert message in proc.stderr and f"python -m jobs.{job}: error:" in proc.stderr
+        assert "Traceback" not in proc.stderr and "no Ray dashboard" not in proc.stderr
+    missing = run("--address", "http://127.0.0.1:9")
+    assert missing.returncode == 2 and "error: no job given; valid: healthcheck, train" in missing.stderr
