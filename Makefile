@@ -54,7 +54,9 @@ test: setup serve-setup ## run the whole test suite
 	$(PY) -m pytest
 
 test-fast: setup ## the tests that need no synth, no Ray cluster and no vLLM (about a minute)
-	$(PY) -m pytest -m "not synth" tests/infra tests/jobs/test_cli.py tests/jobs/test_submit_cli.py $(wildcard tests/jobs/test_*_pure.py) tests/serving/test_serve_config.py tests/serving/test_rayservice.py
+	$(PY) -m pytest -m "not synth" tests/infra tests/test_bad_input.py tests/jobs/test_cli.py tests/jobs/test_submit_cli.py \
+		tests/jobs/test_submit_bounds.py tests/jobs/test_checkpoints.py $(wildcard tests/jobs/test_*_pure.py) \
+		tests/serving/test_serve_config.py tests/serving/test_rayservice.py
 
 CDKTF_OUT ?= cdktf.out
 synth: setup ## synthesize every environment's stack into cdktf.out/ (CDKTF_OUT=dir to move it)

@@ -54,6 +54,8 @@ def test_healthcheck_through_submit_succeeds(cluster, env_file):
 
 
 def test_failing_job_exits_one(cluster, env_file):
-    proc = submit(cluster, env_file, "--topology", "9x9")  # the job itself rejects this (exit 2)
+    # Valid arguments (so jobs.submit's own check passes them), but the cluster has one slice: the
+    # job fails on the cluster, within its 1 s bound.
+    proc = submit(cluster, env_file, "--slices", "2", "--reserve-timeout", "1")
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "job failed" in proc.stdout and "9x9" in proc.stdout
+    assert "job failed" in proc.stdout and "could not reserve 2 x v6e 2x2" in proc.stdout

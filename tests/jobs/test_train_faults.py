@@ -25,7 +25,7 @@ from .sim import SimHost, simulated_cluster, slice_hosts
 
 SHAPE = catalog.shape("v6e", "4x4")
 TINY = ["--d-model", "32", "--layers", "1", "--heads", "2", "--seq-len", "16", "--vocab", "64", "--batch-size", "32"]
-STEPS, EVERY = 120, 10
+STEPS, EVERY = 60, 10
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +99,7 @@ def train_worker_pids() -> list[int]:
 
 
 def test_a_wedged_worker_is_a_hang_and_the_run_resumes_on_a_whole_slice(sim, tmp_path):
-    steps, timeout = 40, 20
+    steps, timeout = 30, 20
     argv = [
         *("--generation", "v6e", "--topology", "4x4", "--name", "hang", "--storage", str(tmp_path)),
         *("--steps", str(steps), "--checkpoint-every", str(EVERY), "--reserve-timeout", "120"),
