@@ -81,7 +81,8 @@ class RunReport:
 
 
 def report_failure(report: RunReport, job: str) -> int:
-    """Print why the run failed, on one line to stderr; the exit status (130 when cancelled)."""
+    """Print why the run failed to stderr (`<job> FAILED (<kind>): <reason>`); the exit status (130 when
+    cancelled, else 1)."""
     print(f"{job} FAILED ({report.outcome.kind}): {report.outcome.reason}", file=sys.stderr, flush=True)
     return 130 if isinstance(report.outcome, Cancelled) else 1
 
