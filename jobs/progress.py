@@ -24,7 +24,8 @@ import threading
 import time
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-# Exit status of a worker the watchdog stopped (visible in Ray's worker-died error).
+# Exit status of a worker the watchdog stopped. Ray's worker-died error does not show it, which is
+# why the watchdog reports the stall to the board before exiting.
 NO_PROGRESS_EXIT_CODE = 75
 
 _board: Any = None  # the ProgressBoard handle of the run this process is a host task of

@@ -34,8 +34,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-import dataclasses
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -418,7 +417,7 @@ def run_training(
     """
     import ray
 
-    config = dataclasses.replace(config, storage_path=storage_path, run_name=name)  # for the workers' resume
+    config = replace(config, storage_path=storage_path, run_name=name)  # where the workers resume from
 
     def attempt_once(number: int) -> Attempt:
         started = time.monotonic()
@@ -427,7 +426,7 @@ def run_training(
         hosts = watched_hosts(ray.nodes(), target.shape)
         board = progress.start_board(target.hosts) if config.step_timeout_s else None
         try:
-            outcome: Outcome = Succeeded(_fit(target, config, name, storage_path, board))
+            outcome: Outcome = Succeeded(_fit(target, config, board))
         except AlreadyTrained:
             raise
         except SliceUnavailableError as err:
@@ -460,13 +459,15 @@ def _stall_reports(board: Any) -> dict[int, tuple[float, Any]]:
         return {}
 
 
-def _fit(target: cli.SliceTarget, config: TrainConfig, name: str, storage_path: str, board: Any) -> TrainResult:
-    """One Ray Train run: wait (bounded) for whole idle slices, fit, return the summary."""
+def _fit(target: cli.SliceTarget, config: TrainConfig, board: Any) -> TrainResult:
+    """One Ray Train run of `config.run_name` in `config.storage_path`: wait (bounded) for whole idle
+    slices, fit, return the summary."""
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.v2.jax import JaxTrainer
 
     from jobs.data import synthetic_dataset
 
+    name, storage_path = config.run_name, config.storage_path
     shape = target.shape
     timeout = target.reserve_timeout_s or cli.DEFAULT_RESERVE_TIMEOUT_S
     started = time.monotonic()
