@@ -22,7 +22,7 @@ SETUP_STAMPS := $(VENV)/.installed .venv-checkov/.installed node_modules/.instal
 
 .PHONY: serve-setup serve-demo serve-smoke serve-deploy
 .PHONY: help setup demo test test-fast synth plan deploy deploy-ci destroy manifests show checkov bench clean \
-	credentials apply-manifests submit smoke doctor
+	credentials apply-manifests submit smoke doctor state-bucket
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -77,6 +77,9 @@ destroy: setup ## cdktf destroy the ENV stack
 
 manifests: setup ## print the ENV RayCluster (pipe it to kubectl apply -f -)
 	@$(PY) -m infra manifests --env $(ENV)
+
+state-bucket: setup ## create ENV's GCS bucket for Terraform state if missing (once, before the first deploy)
+	$(PY) -m infra bootstrap --env $(ENV) | bash
 
 credentials: setup ## kubectl credentials for the ENV cluster (gcloud get-credentials)
 	@$(PY) -m jobs.submit --env $(ENV) --print-credentials-command | bash

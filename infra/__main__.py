@@ -3,6 +3,7 @@
   python -m infra manifests --env dev     print the ServiceAccount + RayCluster YAML (kubectl apply -f -)
   python -m infra show --env dev          what the environment declares, shape by shape
   python -m infra envs                    list the environments
+  python -m infra bootstrap --env dev     print the commands that create the Terraform state bucket (once)
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import yaml
 
 from infra.catalog import CatalogError
 from infra.config import ConfigError, environment_names, load_environment
-from infra.manifests.raycluster import manifests
+from infra.manifests.raycluster import cluster_slices, manifests
 from infra.node_pools import tpu_pool_plans
 
 
@@ -34,24 +35,60 @@ _PlainDumper.add_representer(str, _block_strings)
 
 
 def _show(env_name: str) -> str:
+    """One screen for a reviewer: the plan's size per slice group, its pools, and its risks."""
     env = load_environment(env_name)
+    kind = f"{env.cluster_type} {env.mode}" if env.mode == "standard" else env.mode
     lines = [
-        f"environment {env.name}: stack {env.stack_name}, {env.mode} cluster {env.cluster_name} in {env.location} "
-        f"(project {env.project}), bucket gs://{env.bucket_name}"
+        f"environment {env.name}: stack {env.stack_name}, {kind} cluster {env.cluster_name} in {env.location} "
+        f"(project {env.project}), GKE >= {env.gke_min_version or 'channel default'} ({env.release_channel}), "
+        f"bucket gs://{env.bucket_name}"
     ]
+    total_chips, total_flops = 0, 0.0
     for group in env.slice_groups:
-        lines.append(f"  slice group {group.name}: {group.slices} x {group.shape}, capacity {group.capacity_kind}, "
-                     f"min {group.min_slices} slice(s)")
+        shape, n = group.shape, group.slices
+        cpu, memory = group.requests
+        ours = cluster_slices(env, group)
+        split = f"{ours} for the RayCluster" + (f", {n - ours} for the RayService" if ours != n else "")
+        lines.append(
+            f"  slice group {group.name}: {n} x {shape}, in {env.group_zone(group)}, capacity {group.capacity_kind}, "
+            f"min {group.min_slices} slice(s); {split}"
+        )
+        lines.append(
+            f"    {n * shape.chips} chips on {n * shape.hosts} hosts, {n * shape.peak_bf16_flops / 1e15:.1f} PFLOP/s "
+            f"peak bf16, {n * shape.hbm_bytes / 2**30:,.0f} GiB HBM; each pod requests cpu {cpu}, memory {memory}, "
+            f"{shape.chips_per_host} TPU chips; image {env.ray.worker_image(group.generation)}"
+        )
+        total_chips += n * shape.chips
+        total_flops += n * shape.peak_bf16_flops
+    lines.append(f"  in all: {total_chips} chips, {total_flops / 1e15:.1f} PFLOP/s peak bf16")
     for plan in tpu_pool_plans(env):
         size = f"{plan.min_nodes}-{plan.max_nodes} nodes" if plan.autoscaled else f"{plan.initial_nodes} nodes"
-        lines.append(f"  node pool {plan.name}: {plan.machine_type}, {size}, placement {plan.placement or 'none'}")
+        lines.append(f"  node pool {plan.name}: {plan.machine_type} in {plan.zone}, {size}, "
+                     f"placement {plan.placement or 'none'}, auto-repair {'on' if plan.auto_repair else 'off'}")
+    warnings = env.warnings
+    lines.extend(f"  warning: {w}" for w in warnings)
+    if not warnings:
+        lines.append("  warnings: none")
     return "\n".join(lines)
+
+
+def _bootstrap(env_name: str) -> str:
+    """The one step before the first `cdktf deploy` with GCS state: the state bucket (idempotent)."""
+    env = load_environment(env_name)
+    if not env.state_bucket:
+        return f"# {env.name} keeps Terraform state locally: nothing to create\n"
+    b, p = f"gs://{env.state_bucket}", env.project
+    return (f"gcloud storage buckets describe {b} --project {p} >/dev/null 2>&1 || "
+            f"gcloud storage buckets create {b} --project {p} --location {env.region} "
+            f"--uniform-bucket-level-access --public-access-prevention\n"
+            f"gcloud storage buckets update {b} --versioning\n")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m infra", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    for name, help_ in (("manifests", "print the Kubernetes manifests"), ("show", "summarise an environment")):
+    for name, help_ in (("manifests", "print the Kubernetes manifests"), ("show", "summarise an environment"),
+                        ("bootstrap", "print the commands that create the state bucket")):
         p = sub.add_parser(name, help=help_)
         p.add_argument("--env", default="dev", help=f"environment name ({', '.join(environment_names())}) or a .yaml path")
     sub.add_parser("envs", help="list the environments")
@@ -66,8 +103,12 @@ def main(argv: list[str] | None = None) -> int:
 
                 docs.append(ray_service(env))
             out = yaml.dump_all(docs, Dumper=_PlainDumper, sort_keys=False)
+            for warning in env.warnings:
+                print(f"warning: {warning}", file=sys.stderr)
         elif args.command == "show":
             out = _show(args.env) + "\n"
+        elif args.command == "bootstrap":
+            out = _bootstrap(args.env)
         else:
             out = "\n".join(environment_names()) + "\n"
     except (ConfigError, CatalogError) as err:

@@ -36,6 +36,9 @@ def main() -> int:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    for env in envs:
+        for warning in env.warnings:
+            print(f"warning: {env.name}: {warning}", file=sys.stderr)
     build_app(envs).synth()
     return 0
 

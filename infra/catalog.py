@@ -11,6 +11,7 @@ per-generation pages sometimes count 8-chip physical hosts instead; we never do.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from math import prod
 
 GB = 10**9
@@ -19,6 +20,27 @@ GiB = 2**30
 
 class CatalogError(ValueError):
     """An unknown generation or topology, or an ambiguous shape: the message lists the valid ones."""
+
+
+@dataclass(frozen=True)
+class CubeRule:
+    """Multi-cube 3-D shapes: AxBxC, every side a multiple of 4 (at most 256), whose (A/4)(B/4)(C/4)
+    cubes number at most `max_cubes`; `nondecreasing` admits only A <= B <= C (v4 also takes
+    permutations such as 8x4x4). Source: xpk `system_characteristics.py`, generate_tpu_topologies
+    (AI-Hypercomputer/xpk@367c838, read 2026-12-03); cluster-toolkit's hardware.go has the same
+    max cubes (ct4 64, ct5p 140, tpu7x 144)."""
+
+    max_cubes: int
+    nondecreasing: bool = True
+
+    def topologies(self) -> tuple[str, ...]:
+        out = []
+        for x in range(4, 257, 4):
+            for y in range(x if self.nondecreasing else 4, 257, 4):
+                for z in range(y if self.nondecreasing else 4, 257, 4):
+                    if (x // 4) * (y // 4) * (z // 4) <= self.max_cubes:
+                        out.append(f"{x}x{y}x{z}")
+        return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -34,9 +56,28 @@ class Generation:
     jax_devices_per_chip: int  # v4/v5p run megacore (one device per chip); TPU7x shows each core
     peak_bf16_flops_per_chip: float
     hbm_bytes_per_chip: int
-    topologies: tuple[str, ...]  # the slice shapes GKE offers, smallest first
+    listed_topologies: tuple[str, ...]  # shapes named one by one, smallest first
     single_host_chips_per_host: tuple[int, ...]  # machine sizes for shapes that fit one host
     multi_host_chips_per_host: int = 4  # every multi-host slice is built from 4-chip hosts
+    # 3-D generations also offer every cuboid of whole 4x4x4 cubes up to a pod's size (xpk's
+    # generate_tpu_topologies: max cubes, and whether the sides must not decrease).
+    cubes: CubeRule | None = None
+
+    @property
+    def topologies(self) -> tuple[str, ...]:
+        """Every slice shape GKE offers for the generation, smallest first."""
+        return _topologies(self)
+
+    def offers(self, topology: str) -> bool:
+        return topology in _topology_set(self)
+
+    def describe_topologies(self) -> str:
+        """The valid topologies, in words short enough for an error message."""
+        if self.cubes is None:
+            return ", ".join(self.listed_topologies)
+        order = "A<=B<=C, " if self.cubes.nondecreasing else ""
+        return (f"{', '.join(self.listed_topologies)}, or AxBxC ({order}each a multiple of 4 up to 256, "
+                f"at most {self.cubes.max_cubes} cubes of 4x4x4 chips)")
 
     @property
     def ray_accelerator_type(self) -> str:
@@ -109,8 +150,20 @@ def topology_chips(topology: str) -> int:
     return prod(int(d) for d in topology.split("x"))
 
 
+@cache
+def _topologies(gen: Generation) -> tuple[str, ...]:
+    generated = gen.cubes.topologies() if gen.cubes else ()
+    both = dict.fromkeys((*gen.listed_topologies, *generated))
+    return tuple(sorted(both, key=lambda t: (topology_chips(t), [int(d) for d in t.split("x")])))
+
+
+@cache
+def _topology_set(gen: Generation) -> frozenset[str]:
+    return frozenset(_topologies(gen))
+
+
 _2D = ("1x1", "2x2", "2x4", "4x4", "4x8", "8x8", "8x16", "16x16")
-_3D_BASE = ("2x2x1", "2x2x2", "2x2x4", "2x4x4", "4x4x4", "4x4x8", "4x8x8", "8x8x8")
+_3D_BASE = ("2x2x1", "2x2x2", "2x2x4", "2x4x4")
 
 GENERATIONS: tuple[Generation, ...] = (
     Generation(
@@ -123,8 +176,10 @@ GENERATIONS: tuple[Generation, ...] = (
         jax_devices_per_chip=2,
         peak_bf16_flops_per_chip=2307e12,
         hbm_bytes_per_chip=192 * GiB,
-        topologies=(*_3D_BASE, "8x8x16", "8x16x16"),
-        single_host_chips_per_host=(4,),
+        # 1x1x1: one chip on tpu7x-standard-1t (xpk's tpu7x-2).
+        listed_topologies=("1x1x1", *_3D_BASE),
+        single_host_chips_per_host=(1, 4),
+        cubes=CubeRule(max_cubes=144),
     ),
     Generation(
         name="v6e",
@@ -136,7 +191,7 @@ GENERATIONS: tuple[Generation, ...] = (
         jax_devices_per_chip=1,
         peak_bf16_flops_per_chip=918e12,
         hbm_bytes_per_chip=32 * GB,
-        topologies=_2D,
+        listed_topologies=_2D,
         single_host_chips_per_host=(1, 4, 8),
     ),
     Generation(
@@ -149,7 +204,7 @@ GENERATIONS: tuple[Generation, ...] = (
         jax_devices_per_chip=1,
         peak_bf16_flops_per_chip=197e12,
         hbm_bytes_per_chip=16 * GB,
-        topologies=_2D,
+        listed_topologies=_2D,
         single_host_chips_per_host=(1, 4, 8),
     ),
     Generation(
@@ -162,8 +217,9 @@ GENERATIONS: tuple[Generation, ...] = (
         jax_devices_per_chip=1,
         peak_bf16_flops_per_chip=459e12,
         hbm_bytes_per_chip=95 * GB,
-        topologies=(*_3D_BASE, "8x8x16", "8x16x16", "16x16x16", "16x16x24"),
+        listed_topologies=_3D_BASE,
         single_host_chips_per_host=(4,),
+        cubes=CubeRule(max_cubes=140),
     ),
     Generation(
         name="v4",
@@ -174,9 +230,10 @@ GENERATIONS: tuple[Generation, ...] = (
         tensorcores_per_chip=2,
         jax_devices_per_chip=1,
         peak_bf16_flops_per_chip=275e12,
-        hbm_bytes_per_chip=32 * GB,
-        topologies=(*_3D_BASE, "8x8x12", "8x8x16"),
+        hbm_bytes_per_chip=32 * GiB,  # Cloud TPU "TPU v4" page: "32 GiB, 1200 GBps"
+        listed_topologies=_3D_BASE,
         single_host_chips_per_host=(4,),
+        cubes=CubeRule(max_cubes=64, nondecreasing=False),
     ),
 )
 
@@ -212,10 +269,8 @@ def shape(gen: str | Generation, topology: str, chips_per_host: int | None = Non
     """
     g = gen if isinstance(gen, Generation) else generation(gen)
     topo = str(topology).strip().lower()
-    if topo not in g.topologies:
-        raise CatalogError(
-            f"topology {topology!r} is not offered for {g.name}; valid topologies: {', '.join(g.topologies)}"
-        )
+    if not g.offers(topo):
+        raise CatalogError(f"topology {topology!r} is not offered for {g.name}; valid topologies: {g.describe_topologies()}")
     options = g.chips_per_host_options(topo)
     if chips_per_host is None:
         if len(options) > 1:

@@ -29,7 +29,8 @@ from pydantic import (
     model_validator,
 )
 
-from infra import catalog
+from infra import catalog, rules
+from infra.platform_facts import TPU_ZONES
 
 ENVIRONMENTS_DIR = Path(__file__).parent / "environments"
 
@@ -39,12 +40,16 @@ _NAME = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 _PROJECT = r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$"
 _BUCKET = r"^[a-z0-9][-_.a-z0-9]{1,61}[a-z0-9]$"
 _QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?$"
+_ZONE = r"^[a-z]+-[a-z]+[0-9]+-[a-z0-9]+$"  # us-east5-b, and AI zones such as us-central1-ai1a
+_GKE_VERSION = r"^1\.[0-9]+(\.[0-9]+(-gke\.[0-9]+)?)?$"
 
 _PATTERN_HELP = {
     _NAME: "lowercase letters, digits and hyphens, starting with a letter",
     _PROJECT: "a GCP project id (6-30 lowercase letters, digits and hyphens)",
     _BUCKET: "a GCS bucket name (3-63 lowercase letters, digits, '-', '_' and '.')",
     _QUANTITY: "a Kubernetes quantity such as 24, 500m, 200G or 16Gi",
+    _ZONE: "a zone such as us-east5-b",
+    _GKE_VERSION: "a GKE version such as 1.35 or 1.34.0-gke.2201000",
 }
 
 Name = Annotated[str, Field(pattern=_NAME, max_length=30)]
@@ -64,6 +69,7 @@ def _cidr_text(value: Any) -> Any:
 
 Cidr = Annotated[IPv4Network, BeforeValidator(_cidr_text)]
 Quantity = Annotated[str, Field(pattern=_QUANTITY)]
+Zone = Annotated[str, Field(pattern=_ZONE)]
 
 
 class ConfigError(ValueError):
@@ -88,11 +94,11 @@ class Reservation(_Strict):
 
 
 # `on-demand`: plain capacity; `spot`: preemptible; `flex-start`: Dynamic Workload Scheduler,
-# provisioned when pods ask (no reservation); `queued-provisioning`: flex-start through
-# ProvisioningRequests (for Kueue users); `{reservation: NAME}`: a specific reservation.
-CapacityKind = Literal["on-demand", "spot", "flex-start", "queued-provisioning"]
+# provisioned when pods ask (no reservation); `{reservation: NAME}`: a specific reservation.
+# (`queued-provisioning` is refused with its reason: infra.rules.QUEUED_PROVISIONING.)
+CapacityKind = Literal["on-demand", "spot", "flex-start"]
 Capacity = Union[CapacityKind, Reservation]
-FLEX_CAPACITY = ("flex-start", "queued-provisioning")
+FLEX_CAPACITY = ("flex-start",)
 
 
 class Autoscaling(_Strict):
@@ -112,9 +118,15 @@ class SliceGroup(_Strict):
     slices: PositiveInt = 1
     capacity: Capacity = "on-demand"
     autoscaling: Autoscaling | None = None
-    # What each Ray worker pod (one per host) requests besides its TPU chips.
-    pod_cpu: Quantity = "24"
-    pod_memory: Quantity = "200G"
+    # The zone of the group's node pools; defaults to the environment's zone. A regional cluster's
+    # groups may each name a zone of the region that offers their generation.
+    zone: Zone | None = None
+    # Accept a zone that is not in Google's list as this repo last read it (a warning, not an error).
+    unlisted_zone_ok: bool = False
+    # What each Ray worker pod (one per host) requests besides its TPU chips. Defaults: 90% of what
+    # the machine can give a pod (infra.rules.default_requests), so they always fit.
+    pod_cpu: Quantity | None = None
+    pod_memory: Quantity | None = None
 
     @field_validator("generation", mode="before")
     @classmethod
@@ -154,6 +166,8 @@ class SliceGroup(_Strict):
             return Reservation(reservation=name)
         if isinstance(value, str) and value.startswith("reservation"):
             raise ValueError("a reservation needs its name: write `capacity: {reservation: NAME}`")
+        if value == "queued-provisioning":
+            raise ValueError(rules.QUEUED_PROVISIONING)
         if value not in typing.get_args(CapacityKind):
             raise ValueError(f"{value!r} is not a capacity; valid: {choices}")
         return value
@@ -193,15 +207,24 @@ class SliceGroup(_Strict):
     def capacity_kind(self) -> str:
         return "reservation" if isinstance(self.capacity, Reservation) else self.capacity
 
+    @property
+    def requests(self) -> tuple[str, str]:
+        """(cpu, memory) each worker pod requests: the config's, or derived from the machine."""
+        cpu, memory = rules.default_requests(self.shape.machine_type)
+        return self.pod_cpu or cpu, self.pod_memory or memory
+
 
 class Network(_Strict):
     subnet_cidr: Cidr = IPv4Network("10.10.0.0/20")
     pods_cidr: Cidr = IPv4Network("10.16.0.0/14")
     services_cidr: Cidr = IPv4Network("10.20.0.0/20")
     master_cidr: Cidr = IPv4Network("172.16.0.32/28")
-    # Who may reach the control plane's public endpoint (kubectl, Cloud Build). Empty: nobody
-    # outside the VPC, which makes laptops go through a bastion or Connect Gateway.
+    # Who may reach the control plane's IP endpoint. Empty: nobody outside the VPC.
     master_authorized_networks: list[Cidr] = []
+    # The DNS-based control-plane endpoint, reachable from anywhere Google's APIs are (laptops,
+    # Cloud Build's default pool) and guarded by IAM (container.clusters.connect), not by address.
+    # kubectl credentials then use `get-credentials --dns-endpoint`.
+    dns_endpoint: bool = True
 
     @field_validator("master_cidr")
     @classmethod
@@ -246,25 +269,39 @@ class RayHead(_Strict):
     memory: Quantity = "16Gi"
 
 
+Image = Annotated[str, Field(min_length=1)]
+TPU_PYTHON = "py312"  # Ironwood's jax[tpu] needs Python >= 3.12; every Ray node runs one Python
+
+
 class RayConfig(_Strict):
     version: Annotated[str, Field(pattern=r"^2\.\d+\.\d+$")] = "2.60.0"
-    # The worker image needs jax[tpu]; the default is Ray's own image, which jobs extend through
-    # their runtime env. Pin your own image for production.
-    image: Annotated[str, Field(min_length=1)] = "rayproject/ray:2.60.0-py311"
+    # The head's image (CPU only).
+    image: Image = "rayproject/ray:2.60.0-py312"
+    # TPU worker images per generation, with jax[tpu] and libtpu in them. Default: Ray's prebuilt
+    # TPU image, rayproject/ray:<version>-py312-tpu (jax 0.10 and libtpu, optax, orbax).
+    tpu_images: dict[str, Image] = {}
     namespace: Name = "default"
     kubernetes_service_account: Name = "ray"
     head: RayHead = RayHead()
-    # The runtime env every submitted job gets (`make submit`), e.g. the jax[tpu] wheels the image
-    # lacks. Keys: pip (list of requirements), env_vars (mapping).
+    # What every submitted job adds to the image (`make submit`): pip requirements and env vars.
     job_pip: list[Annotated[str, Field(min_length=1)]] = []
     job_env_vars: dict[Annotated[str, Field(pattern=r"^[A-Z_][A-Z0-9_]*$")], str] = {}
 
+    @field_validator("tpu_images")
+    @classmethod
+    def _known_generations(cls, images: dict[str, str]) -> dict[str, str]:
+        return {catalog.generation(name).name: image for name, image in images.items()}
+
     @model_validator(mode="after")
     def _image_matches_version(self) -> RayConfig:
-        tag = self.image.rsplit(":", 1)[-1] if ":" in self.image.rsplit("/", 1)[-1] else ""
-        if self.image.startswith("rayproject/ray") and tag and not tag.startswith(self.version):
-            raise ValueError(f"image {self.image!r} does not match version {self.version}: use rayproject/ray:{self.version}-...")
+        for field, image in (("image", self.image), *((f"tpu_images.{g}", i) for g, i in self.tpu_images.items())):
+            tag = image.rsplit(":", 1)[-1] if ":" in image.rsplit("/", 1)[-1] else ""
+            if image.startswith("rayproject/ray") and tag and not tag.startswith(self.version):
+                raise ValueError(f"{field} {image!r} does not match version {self.version}: use rayproject/ray:{self.version}-...")
         return self
+
+    def worker_image(self, generation: str) -> str:
+        return self.tpu_images.get(generation) or f"rayproject/ray:{self.version}-{TPU_PYTHON}-tpu"
 
 
 class BucketConfig(_Strict):
@@ -307,10 +344,16 @@ class Environment(_Strict):
     name: Name
     project: Annotated[str, Field(pattern=_PROJECT)]
     region: Annotated[str, Field(pattern=r"^[a-z]+-[a-z]+[0-9]+$")]
-    zone: Annotated[str, Field(pattern=r"^[a-z]+-[a-z]+[0-9]+-[a-z]$")]
+    zone: Zone
     cluster_name: Name
     mode: Literal["standard", "autopilot"] = "standard"
+    # Standard only: a zonal cluster (control plane and every pool in `zone`) or a regional one
+    # (control plane across the region; each slice group's pools in the group's own zone).
+    cluster_type: Literal["zonal", "regional"] = "zonal"
     release_channel: Literal["RAPID", "REGULAR", "STABLE", "EXTENDED"] = "REGULAR"
+    # The oldest GKE version the cluster may start on (`min_master_version`); required where a
+    # feature needs a newer one than every channel has (TPU7x, flex-start TPUs).
+    gke_min_version: Annotated[str, Field(pattern=_GKE_VERSION)] | None = None
     deletion_protection: bool = True
     network: Network = Network()
     cpu_pool: CpuPool = CpuPool()
@@ -365,8 +408,16 @@ class Environment(_Strict):
 
     @property
     def location(self) -> str:
-        """Where the cluster lives: a zone for Standard (TPU pools are zonal), the region for Autopilot."""
-        return self.region if self.mode == "autopilot" else self.zone
+        """Where the cluster lives: the zone of a zonal Standard cluster, else the region."""
+        return self.region if self.mode == "autopilot" or self.cluster_type == "regional" else self.zone
+
+    def group_zone(self, group: SliceGroup) -> str:
+        return group.zone or self.zone
+
+    @property
+    def warnings(self) -> list[str]:
+        """What the platform rules accepted only because the config said so, one line each."""
+        return platform_problems(self)[1]
 
     @property
     def ray_cluster_name(self) -> str:
@@ -422,9 +473,51 @@ def load_environment(env: str | Path) -> Environment:
 
 def parse_environment(data: dict[str, Any], source: str = "config") -> Environment:
     try:
-        return Environment.model_validate(data)
+        env = Environment.model_validate(data)
     except ValidationError as err:
         raise ConfigError(source, _problems(err)) from None
+    errors, _ = platform_problems(env)
+    if errors:
+        raise ConfigError(source, errors)
+    return env
+
+
+def platform_problems(env: Environment) -> tuple[list[str], list[str]]:
+    """(errors, warnings) from the platform rules (infra.rules), one line each, naming the field."""
+    errors: list[str] = []
+    warnings: list[str] = []
+    for i, group in enumerate(env.slice_groups):
+        at = f"slice_groups[{i}]"
+        zone_field = f"{at}.zone" if group.zone else "zone"
+        zone = env.group_zone(group)
+        if env.mode == "standard":
+            if problem := rules.zone_in_cluster(env.cluster_type, env.zone, env.region, zone):
+                errors.append(f"{zone_field}: {problem}")
+        elif not zone.startswith(env.region + "-"):
+            errors.append(f"{zone_field}: zone {zone} is not in region {env.region}")
+        if problem := rules.zone_offers(group.generation, zone, group.capacity_kind):
+            unsupported = group.capacity_kind == "flex-start" and TPU_ZONES[group.generation].flex_start is None
+            if group.unlisted_zone_ok and not unsupported:
+                warnings.append(f"{zone_field}: {problem}; accepted because {at}.unlisted_zone_ok is true")
+            else:
+                errors.append(f"{zone_field}: {problem}; if Google has added it since, set {at}.unlisted_zone_ok: true")
+        cpu, memory = group.requests
+        for problem in rules.requests_fit(group.shape.machine_type, cpu, memory):
+            field = "pod_cpu" if problem.startswith("pod_cpu") else "pod_memory"
+            errors.append(f"{at}.{field}: {problem}")
+    features = rules.required_versions(
+        env.mode, {g.generation for g in env.slice_groups}, {g.capacity_kind for g in env.slice_groups}
+    )
+    if problem := rules.version_covers(env.gke_min_version, features):
+        errors.append(f"gke_min_version: {problem}")
+    workers = {g.generation: env.ray.worker_image(g.generation) for g in env.slice_groups}
+    for problem in rules.images_agree(env.ray.image, workers):
+        errors.append(f"ray: {problem}")
+    if env.serving is not None and env.serving.slice_group in {g.name for g in env.slice_groups}:
+        group = env.slice_group(env.serving.slice_group)
+        if problem := rules.serving_budget(group.name, group.slices, env.serving.replicas):
+            errors.append(f"serving.replicas: {problem}")
+    return errors, warnings
 
 
 def _problems(err: ValidationError) -> list[str]:

@@ -24,8 +24,22 @@ class TpuPoolPlan:
     autoscaled: bool
     min_nodes: int
     max_nodes: int
-    capacity: str  # on-demand | spot | flex-start | queued-provisioning | reservation
+    capacity: str  # on-demand | spot | flex-start | reservation
     reservation: str | None
+    zone: str  # the pool's one node location
+
+    @property
+    def fixed_nodes(self) -> int | None:
+        """A pool that does not autoscale sets only `node_count`: the provider refuses a pool with
+        both counts ("Cannot set both initial_node_count and node_count", expandNodePool in
+        terraform-provider-google 6.50.0 resource_container_node_pool.go)."""
+        return None if self.autoscaled else self.initial_nodes
+
+    @property
+    def auto_repair(self) -> bool:
+        """Flex-start nodes are not repaired: xpk creates flex pools with --no-enable-autorepair and
+        cluster-toolkit refuses "enable_flex_start needs node auto_repair set to false"."""
+        return self.capacity != "flex-start"
 
     @property
     def machine_type(self) -> str:
@@ -43,13 +57,13 @@ class TpuPoolPlan:
 def tpu_pool_plans(env: Environment) -> list[TpuPoolPlan]:
     if env.mode == "autopilot":
         return []  # GKE provisions slices from the pods' nodeSelectors
-    return [plan for group in env.slice_groups for plan in _group_plans(group)]
+    return [plan for group in env.slice_groups for plan in _group_plans(group, env.group_zone(group))]
 
 
-def _group_plans(group: SliceGroup) -> list[TpuPoolPlan]:
+def _group_plans(group: SliceGroup, zone: str) -> list[TpuPoolPlan]:
     shape = group.shape
     reservation = group.capacity.reservation if isinstance(group.capacity, Reservation) else None
-    common = dict(group=group.name, shape=shape, capacity=group.capacity_kind, reservation=reservation)
+    common = dict(group=group.name, shape=shape, capacity=group.capacity_kind, reservation=reservation, zone=zone)
     if not shape.multi_host:
         return [
             TpuPoolPlan(

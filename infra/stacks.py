@@ -13,6 +13,7 @@ from infra.components.network import Network
 from infra.components.storage import CheckpointBucket
 from infra.components.tpu_node_pools import TpuSlicePools
 from infra.config import Environment
+from infra.names import credentials_command
 
 
 def local_state_path(env: Environment) -> str:
@@ -49,7 +50,7 @@ class RayTpuStack(TerraformStack):
         TerraformOutput(
             self,
             "get_credentials",
-            value=f"gcloud container clusters get-credentials {env.cluster_name} --location {env.location} --project {env.project}",
+            value=" ".join(credentials_command(env)),
         )
         TerraformOutput(self, "bucket", value=self.bucket.url)
         TerraformOutput(self, "ray_service_account", value=self.ray_identity.email)

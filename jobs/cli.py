@@ -144,10 +144,10 @@ def resolve_target(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
 
     topology = args.topology if args.topology is not None else group.topology  # type: ignore[union-attr]
     from_env = "" if args.topology is not None else f" (--topology defaults to {env.name!r}'s {group.topology})"  # type: ignore[union-attr]
-    if str(topology).strip().lower() not in gen.topologies:
+    if not gen.offers(str(topology).strip().lower()):
         parser.error(
             f"argument --topology: {topology!r} is not offered for {gen.name}{from_env}; "
-            f"valid topologies: {', '.join(gen.topologies)}"
+            f"valid topologies: {gen.describe_topologies()}"
         )
 
     chips_per_host = args.chips_per_host

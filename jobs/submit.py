@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from infra import names
 from infra.config import ConfigError, Environment, environment_names, load_environment
 from jobs.cli import JobArgumentParser, positive_seconds
 
@@ -68,8 +69,7 @@ class JobTimedOut(TimeoutError):
 
 
 def credentials_command(env: Environment) -> list[str]:
-    return ["gcloud", "container", "clusters", "get-credentials", env.cluster_name,
-            "--location", env.location, "--project", env.project]
+    return names.credentials_command(env)
 
 
 def shape_args(env: Environment) -> list[str]:

@@ -18,6 +18,8 @@ from cdktf_cdktf_provider_google.container_cluster import (
     ContainerClusterBinaryAuthorization,
     ContainerClusterClusterAutoscaling,
     ContainerClusterClusterAutoscalingAutoProvisioningDefaults,
+    ContainerClusterControlPlaneEndpointsConfig,
+    ContainerClusterControlPlaneEndpointsConfigDnsEndpointConfig,
     ContainerClusterIpAllocationPolicy,
     ContainerClusterLoggingConfig,
     ContainerClusterMasterAuth,
@@ -68,9 +70,11 @@ class GkeCluster(Construct):
             )
             if autopilot
             else dict(
-                # The default pool cannot be configured well; drop it and declare our own.
+                # The default pool cannot be configured well; drop it and declare our own. A regional
+                # cluster's default pool would take a node in every zone of the region: one zone.
                 remove_default_node_pool=True,
                 initial_node_count=1,
+                node_locations=[env.zone] if env.cluster_type == "regional" else None,
                 enable_shielded_nodes=True,
                 enable_intranode_visibility=True,
                 node_config=ContainerClusterNodeConfig(
@@ -92,6 +96,8 @@ class GkeCluster(Construct):
             subnetwork=network.subnet.id,
             deletion_protection=env.deletion_protection,
             release_channel=ContainerClusterReleaseChannel(channel=env.release_channel),
+            # The oldest version the cluster may start on, where a feature needs one (infra.rules).
+            min_master_version=env.gke_min_version,
             resource_labels=env.labels,
             datapath_provider="ADVANCED_DATAPATH",  # Dataplane V2: enforces NetworkPolicy
             ip_allocation_policy=ContainerClusterIpAllocationPolicy(
@@ -99,10 +105,17 @@ class GkeCluster(Construct):
             ),
             private_cluster_config=ContainerClusterPrivateClusterConfig(
                 enable_private_nodes=True,
-                # The public endpoint stays so laptops and Cloud Build can reach the control plane,
-                # limited to master_authorized_networks.
+                # The IP endpoint stays public, limited to master_authorized_networks (empty by
+                # default: nobody); the DNS endpoint below is the documented way in from outside.
                 enable_private_endpoint=False,
                 master_ipv4_cidr_block=str(env.network.master_cidr),
+            ),
+            # The DNS-based endpoint: reachable wherever Google's APIs are (laptops, Cloud Build's
+            # default pool), authorized by IAM (container.clusters.connect), not by source address.
+            control_plane_endpoints_config=ContainerClusterControlPlaneEndpointsConfig(
+                dns_endpoint_config=ContainerClusterControlPlaneEndpointsConfigDnsEndpointConfig(
+                    allow_external_traffic=env.network.dns_endpoint
+                )
             ),
             master_authorized_networks_config=ContainerClusterMasterAuthorizedNetworksConfig(
                 cidr_blocks=[

@@ -19,7 +19,8 @@ class CpuNodePool(Construct):
             "pool",
             name=CPU_POOL_NAME,
             cluster=cluster_id,
-            location=env.zone,
+            location=env.location,
+            node_locations=[env.zone],  # one zone even in a regional cluster: the head needs one node
             initial_node_count=pool.min_nodes or 1,
             autoscaling=ContainerNodePoolAutoscaling(min_node_count=pool.min_nodes, max_node_count=pool.max_nodes),
             management=management(),

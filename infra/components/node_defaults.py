@@ -31,5 +31,5 @@ def node_config(env: Environment, service_account: str, machine_type: str, **ext
     )
 
 
-def management() -> ContainerNodePoolManagement:
-    return ContainerNodePoolManagement(auto_repair=True, auto_upgrade=True)
+def management(auto_repair: bool = True) -> ContainerNodePoolManagement:
+    return ContainerNodePoolManagement(auto_repair=auto_repair, auto_upgrade=True)

@@ -2,8 +2,9 @@
 
 Multi-host pools are placed COMPACT with `tpu_topology`, except TPU7x (Ironwood), whose multi-host
 pools name a workload policy (a compute resource policy of type HIGH_THROUGHPUT with the
-accelerator topology) instead. Capacity maps to spot VMs, reservation affinity, flex-start, or
-queued provisioning.
+accelerator topology) instead. Capacity maps to spot VMs, reservation affinity or flex-start. Each
+pool lives in its group's zone; fixed pools set only `node_count`, autoscaled ones
+`initial_node_count` plus autoscaling (infra.node_pools says why).
 """
 
 from __future__ import annotations
@@ -20,13 +21,14 @@ from cdktf_cdktf_provider_google.container_node_pool import (
     ContainerNodePoolNodeConfigGvnic,
     ContainerNodePoolNodeConfigReservationAffinity,
     ContainerNodePoolPlacementPolicy,
-    ContainerNodePoolQueuedProvisioning,
 )
 from constructs import Construct
 
 from infra.components.node_defaults import management, node_config
+from infra.names import SLICE_GROUP_LABEL
 from infra.config import Environment
 from infra.node_pools import TpuPoolPlan, tpu_pool_plans
+from infra.platform_facts import BOOT_DISK_TYPES
 
 
 def capacity_settings(plan: TpuPoolPlan) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -41,13 +43,9 @@ def capacity_settings(plan: TpuPoolPlan) -> tuple[dict[str, Any], dict[str, Any]
                 values=[plan.reservation],
             )
         }, {}
-    no_reservation = ContainerNodePoolNodeConfigReservationAffinity(consume_reservation_type="NO_RESERVATION")
     if plan.capacity == "flex-start":
+        no_reservation = ContainerNodePoolNodeConfigReservationAffinity(consume_reservation_type="NO_RESERVATION")
         return {"flex_start": True, "reservation_affinity": no_reservation}, {}
-    if plan.capacity == "queued-provisioning":
-        return {"reservation_affinity": no_reservation}, {
-            "queued_provisioning": ContainerNodePoolQueuedProvisioning(enabled=True)
-        }
     return {}, {}
 
 
@@ -59,14 +57,18 @@ class TpuSlicePools(Construct):
         self.pools: dict[str, ContainerNodePool] = {}
         for plan in self.plans:
             node_fields, pool_fields = capacity_settings(plan)
+            disk_type = BOOT_DISK_TYPES.get(plan.shape.generation.name)
+            if disk_type:
+                node_fields["disk_type"] = disk_type
             self.pools[plan.name] = ContainerNodePool(
                 self,
                 plan.name,
                 name=plan.name,
                 cluster=cluster_id,
-                location=env.zone,
-                node_locations=[env.zone],
-                initial_node_count=plan.initial_nodes,
+                location=env.location,
+                node_locations=[plan.zone],
+                initial_node_count=plan.initial_nodes if plan.autoscaled else None,
+                node_count=plan.fixed_nodes,
                 autoscaling=(
                     ContainerNodePoolAutoscaling(
                         min_node_count=plan.min_nodes, max_node_count=plan.max_nodes, location_policy="ANY"
@@ -74,15 +76,16 @@ class TpuSlicePools(Construct):
                     if plan.autoscaled
                     else None
                 ),
-                node_count=None if plan.autoscaled else plan.initial_nodes,
                 placement_policy=self._placement(env, plan),
-                management=management(),
+                management=management(auto_repair=plan.auto_repair),
                 node_config=node_config(
                     env,
                     service_account,
                     plan.machine_type,
                     gvnic=ContainerNodePoolNodeConfigGvnic(enabled=True),  # TPU hosts talk DCN (multislice) over gVNIC
-                    labels={"ray-tpu-gke/slice-group": plan.group},
+                    # Worker pods select their own group's pools by this label (never another group's
+                    # nodes of the same shape).
+                    labels={SLICE_GROUP_LABEL: plan.group},
                     **node_fields,
                 ),
                 **pool_fields,

@@ -1,8 +1,10 @@
 """The KubeRay `ray.io/v1` RayCluster for an environment: a head group on the CPU pool and one TPU
-worker group per slice group.
+worker group per slice group (less the slices the RayService holds: `cluster_slices`).
 
 Per worker group: `numOfHosts` = hosts per slice (pods per replica), `replicas` = slices, and every
-pod asks for `google.com/tpu` = chips per host. The Ray TPU webhook rejects a group unless
+pod asks for `google.com/tpu` = chips per host, plus CPU and memory that fit the machine
+(`SliceGroup.requests`). On Standard, pods select their own group's pools by the pools' node label
+`ray-tpu-gke/slice-group`, so two groups of one shape never take each other's nodes. The Ray TPU webhook rejects a group unless
 numOfHosts == max(topology chips / google.com/tpu per pod, 1); that holds by construction, since
 both come from the same catalog shape.
 
@@ -15,8 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from infra.names import CPU_POOL_NAME, ray_service_account_email
 from infra.config import Environment, Reservation, SliceGroup
+from infra.names import CPU_POOL_NAME, SLICE_GROUP_LABEL, ray_service_account_email
 
 DASHBOARD_PORT = 8265
 MEGASCALE_PORT = 8081  # multislice (DCN) traffic between slices
@@ -35,12 +37,13 @@ CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop"
 
 
 def ray_cluster(env: Environment) -> dict[str, Any]:
+    groups = [(g, cluster_slices(env, g)) for g in env.slice_groups]
     spec: dict[str, Any] = {
         "rayVersion": env.ray.version,
         "headGroupSpec": head_group(env),
-        "workerGroupSpecs": [tpu_worker_group(env, g) for g in env.slice_groups],
+        "workerGroupSpecs": [tpu_worker_group(env, g, slices=n) for g, n in groups if n],
     }
-    if any(g.autoscaled for g in env.slice_groups):
+    if any(g.autoscaled for g, n in groups if n):
         # Ray's autoscaler scales whole replicas (slices) between minReplicas and maxReplicas.
         spec["enableInTreeAutoscaling"] = True
         spec["autoscalerOptions"] = {"idleTimeoutSeconds": 600, "upscalingMode": "Default"}
@@ -50,6 +53,14 @@ def ray_cluster(env: Environment) -> dict[str, Any]:
         "metadata": {"name": env.ray_cluster_name, "namespace": env.ray.namespace, "labels": labels(env)},
         "spec": spec,
     }
+
+
+def cluster_slices(env: Environment, group: SliceGroup) -> int:
+    """The group's slices the RayCluster gets: all of them, less the RayService's replicas where
+    the group serves. A slice belongs to one of the two, so they never wait on each other."""
+    serving = env.serving
+    held = serving.replicas if serving is not None and serving.slice_group == group.name else 0
+    return group.slices - held
 
 
 def service_account(env: Environment, google_service_account: str) -> dict[str, Any]:
@@ -115,8 +126,15 @@ def tpu_node_selector(env: Environment, group: SliceGroup) -> dict[str, str]:
         "cloud.google.com/gke-tpu-accelerator": shape.generation.gke_accelerator,
         "cloud.google.com/gke-tpu-topology": shape.topology,
     }
-    # In Autopilot these labels are the whole capacity request; in Standard they pin the pods to
-    # the pools of the matching capacity.
+    if env.mode == "standard":
+        # The pools carry the capacity (spot, reservation, flex-start) and the zone; the pods pick
+        # their own group's pools. Reservation and flex-start pod labels are documented for nodes
+        # GKE creates from the pod spec (Autopilot, auto-provisioning), not for Standard pools.
+        selector[SLICE_GROUP_LABEL] = group.name
+        return selector
+    # Autopilot: these labels are the whole request (GKE "Consume reserved zonal resources",
+    # "About Spot VMs", "flex-start provisioning mode").
+    selector["topology.kubernetes.io/zone"] = env.group_zone(group)
     if group.capacity == "spot":
         selector["cloud.google.com/gke-spot"] = "true"
     elif isinstance(group.capacity, Reservation):
@@ -127,12 +145,16 @@ def tpu_node_selector(env: Environment, group: SliceGroup) -> dict[str, str]:
     return selector
 
 
-def tpu_worker_group(env: Environment, group: SliceGroup) -> dict[str, Any]:
+def tpu_worker_group(env: Environment, group: SliceGroup, *, slices: int | None = None, name: str | None = None) -> dict[str, Any]:
+    """The worker group for `slices` of the group's slices (default: all), named `name` (default:
+    the group's name)."""
     shape = group.shape
-    resources = {"cpu": group.pod_cpu, "memory": group.pod_memory, "google.com/tpu": str(shape.chips_per_host)}
+    slices = group.slices if slices is None else slices
+    cpu, memory = group.requests
+    resources = {"cpu": cpu, "memory": memory, "google.com/tpu": str(shape.chips_per_host)}
     container = {
         "name": "ray-worker",
-        "image": env.ray.image,
+        "image": env.ray.worker_image(group.generation),
         "resources": {"requests": dict(resources), "limits": dict(resources)},
         "env": [
             {"name": "JAX_PLATFORMS", "value": "tpu,cpu"},
@@ -144,14 +166,14 @@ def tpu_worker_group(env: Environment, group: SliceGroup) -> dict[str, Any]:
         "securityContext": CONTAINER_SECURITY,
     }
     return {
-        "groupName": group.name,
-        "replicas": group.slices,
-        "minReplicas": group.min_slices,
-        "maxReplicas": group.slices,
+        "groupName": name or group.name,
+        "replicas": slices,
+        "minReplicas": min(group.min_slices, slices),
+        "maxReplicas": slices,
         "numOfHosts": shape.hosts,
         "rayStartParams": {},
         "template": {
-            "metadata": {"labels": {**labels(env), "ray-tpu-gke/slice-group": group.name}},
+            "metadata": {"labels": {**labels(env), SLICE_GROUP_LABEL: group.name}},
             "spec": {
                 "serviceAccountName": env.ray.kubernetes_service_account,
                 "nodeSelector": tpu_node_selector(env, group),

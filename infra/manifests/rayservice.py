@@ -3,7 +3,10 @@
 - `serveConfigV2`: one application, `jobs.serve:build_app` with `args: {env: NAME}`: Ray Serve LLM's
   OpenAI app, the LLMConfig derived from the config (jobs.serve.llm_config_kwargs).
 - `rayClusterConfig`: the RayCluster's head group and the TPU worker group of `serving.slice_group`
-  (infra.manifests.raycluster), with `serving.replicas` slices: one replica per whole slice.
+  (infra.manifests.raycluster), with `serving.replicas` slices: one replica per whole slice. Those
+  slices are the RayService's alone (the RayCluster gets the group's other slices), and its worker
+  group is named `<group>-serve`: older Ray TPU webhooks pair a multi-host replica's pods by
+  `<groupName>-<replica>` across every RayCluster in the namespace.
 - Every pod mounts the environment's bucket with the GCS FUSE CSI driver at /gcs: the weights of a
   `gs://` model are read from there, the XLA compile cache is written there (so a restarted replica
   skips most of the compilation), and the repo's `infra/` and `jobs/` are imported from there
@@ -60,6 +63,10 @@ FUSE_ANNOTATIONS = {
     "gke-gcsfuse/memory-limit": "0",
     "gke-gcsfuse/ephemeral-storage-limit": "0",
 }
+
+
+def serve_group_name(group: str) -> str:
+    return f"{group}-serve"
 
 
 def ray_service_name(env: Environment) -> str:
@@ -140,9 +147,9 @@ def ray_service(env: Environment) -> dict[str, Any]:
         raise ConfigError(f"environment {env.name!r}", [f"serving: {err}"]) from None
     group = env.slice_group(env.serving.slice_group)
     image = serve_image(env)
-    worker = _with_serving(env, tpu_worker_group(env, group), image)
     replicas = env.serving.replicas
-    worker.update({"replicas": replicas, "minReplicas": replicas, "maxReplicas": replicas})
+    worker = _with_serving(env, tpu_worker_group(env, group, slices=replicas, name=serve_group_name(group.name)), image)
+    worker["minReplicas"] = replicas
     spec: dict[str, Any] = {
         "serveConfigV2": yaml.safe_dump(serve_config(env), sort_keys=False),
         "rayClusterConfig": {
@@ -150,12 +157,12 @@ def ray_service(env: Environment) -> dict[str, Any]:
             "headGroupSpec": _with_serving(env, head_group(env), image),
             "workerGroupSpecs": [worker],
         },
-    }
-    if group.slices < 2 * replicas:
         # KubeRay's default upgrade (NewCluster) brings up a second cluster next to the serving one
-        # when rayClusterConfig changes: with no spare slices it would wait for TPUs forever. Here
-        # serveConfigV2 changes still apply in place; cluster changes need a delete and re-apply.
-        spec["upgradeStrategy"] = {"type": "None"}
+        # when rayClusterConfig changes: with no spare slices (the RayCluster holds the group's
+        # others) it would wait for TPUs forever. serveConfigV2 changes still apply in place;
+        # cluster changes need a delete and re-apply.
+        "upgradeStrategy": {"type": "None"},
+    }
     return {
         "apiVersion": "ray.io/v1",
         "kind": "RayService",

@@ -1,0 +1,174 @@
+"""What Google's platform offers and demands, as data beside the catalog: TPU zones per generation,
+machine sizes, minimum GKE versions and boot disks. Each table names its source and the day it was
+read; `infra.rules` checks configs against them. When Google adds a zone, a config accepts it with
+`unlisted_zone_ok: true` (a warning) until this table is re-read: never edit a fact without its
+source.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+
+READ_ON = "2026-12-03"
+GB = 10**9
+GiB = 2**30
+MiB = 2**20
+
+
+@dataclass(frozen=True)
+class Source:
+    title: str
+    url: str
+    read: str = READ_ON
+
+    def cite(self) -> str:
+        return f'{self.title} ({self.url}, read {self.read})'
+
+
+TPU_ZONES_PAGE = Source('Cloud TPU "TPU regions and zones"', "https://cloud.google.com/tpu/docs/regions-zones")
+FLEX_START_PAGE = Source(
+    'GKE "About GPU, TPU, and H4D consumption with the flex-start provisioning mode"',
+    "https://cloud.google.com/kubernetes-engine/docs/concepts/dws",
+)
+MACHINE_TYPES = Source(
+    "Cloud TPU v5e/v5p/v6e/TPU7x pages (VM types tables) and `gcloud compute machine-types list`",
+    "https://cloud.google.com/tpu/docs/tpu7x",
+)
+ALLOCATABLE_PAGE = Source(
+    'GKE "Plan node sizes: memory and CPU reservations"',
+    "https://cloud.google.com/kubernetes-engine/docs/concepts/plan-node-sizes#memory_and_cpu_reservations",
+)
+IRONWOOD_PAGE = Source('GKE "About Ironwood (TPU7x) in GKE"', "https://cloud.google.com/kubernetes-engine/docs/concepts/tpu-ironwood")
+RAY_ADDON_PAGE = Source(
+    'GKE "Enable the Ray Operator on GKE"',
+    "https://cloud.google.com/kubernetes-engine/docs/add-on/ray-on-gke/how-to/enable-ray-on-gke",
+)
+CLUSTER_TOOLKIT_TPU = Source(
+    "GoogleCloudPlatform/cluster-toolkit examples/gke-tpu-7x and gke-tpu-v6e blueprints (disk_type)",
+    "https://github.com/GoogleCloudPlatform/cluster-toolkit/tree/1047080375afbb44da4b596be314634e7486af4a/examples",
+)
+
+
+@dataclass(frozen=True)
+class TpuZones:
+    """Where a generation can be had. `flex_start` is GKE's shorter list for flex-start capacity;
+    None where GKE says flex-start does not support the generation at all."""
+
+    generation: str
+    zones: tuple[str, ...]
+    flex_start: tuple[str, ...] | None
+    note: str = ""
+
+
+# Cloud TPU "TPU regions and zones" (North America rows in full; Europe and Asia rows as far as the
+# page could be read) and GKE's flex-start page ("TPU Trillium (v6e) in asia-northeast1-b,
+# us-east5-a, us-east5-b; TPU v5e in us-west4-a; TPU v5p in us-east5-a. TPU v3 and v4 are not
+# supported."). TPU7x is not in GKE's flex-start list as read.
+TPU_ZONES: dict[str, TpuZones] = {
+    z.generation: z
+    for z in (
+        TpuZones("tpu7x", ("us-central1-ai1a", "us-central1-c"), flex_start=()),
+        TpuZones(
+            "v6e",
+            ("asia-northeast1-b", "europe-west4-a", "us-central1-b", "us-east1-d", "us-east5-a", "us-east5-b", "us-south1-ai1b"),
+            flex_start=("asia-northeast1-b", "us-east5-a", "us-east5-b"),
+        ),
+        TpuZones("v5p", ("us-central1-a", "us-east5-a"), flex_start=("us-east5-a",)),
+        TpuZones("v5e", ("us-central1-a", "us-south1-a", "us-west1-c", "us-west4-a"), flex_start=("us-west4-a",)),
+        TpuZones("v4", ("us-central2-b",), flex_start=None, note="quota in us-central2-b is approved by hand"),
+    )
+}
+
+
+@dataclass(frozen=True)
+class MachineSize:
+    """A TPU VM's size as Compute Engine reports it (memory in GB, 10^9 bytes)."""
+
+    machine_type: str
+    vcpus: int
+    memory_gb: int
+
+    @property
+    def allocatable_cpu(self) -> Decimal:
+        """Cores left for pods after GKE's CPU reservation (6% of the first core, 1% of the next,
+        0.5% of the next 2, 0.25% of any above 4)."""
+        reserved = Decimal(0)
+        for upto, share in ((1, "0.06"), (2, "0.01"), (4, "0.005"), (None, "0.0025")):
+            lower = {1: 0, 2: 1, 4: 2, None: 4}[upto]
+            cores = max(0, min(self.vcpus, upto if upto else self.vcpus) - lower)
+            reserved += cores * Decimal(share)
+        return Decimal(self.vcpus) - reserved
+
+    @property
+    def allocatable_memory(self) -> int:
+        """Bytes left for pods after GKE's memory reservation (25% of the first 4 GiB, 20% of the
+        next 4, 10% of the next 8, 6% of the next 112, 2% above 128 GiB) and the 100 MiB eviction
+        threshold."""
+        total = Decimal(self.memory_gb * GB)
+        reserved = Decimal(0)
+        for low, high, share in ((0, 4, "0.25"), (4, 8, "0.20"), (8, 16, "0.10"), (16, 128, "0.06"), (128, None, "0.02")):
+            upper = total if high is None else min(total, Decimal(high * GiB))
+            reserved += max(Decimal(0), upper - low * GiB) * Decimal(share)
+        return int(total - reserved - 100 * MiB)
+
+
+MACHINES: dict[str, MachineSize] = {
+    m.machine_type: m
+    for m in (
+        MachineSize("ct6e-standard-1t", 44, 176),
+        MachineSize("ct6e-standard-4t", 180, 720),
+        MachineSize("ct6e-standard-8t", 360, 1440),
+        MachineSize("ct5lp-hightpu-1t", 24, 48),
+        MachineSize("ct5lp-hightpu-4t", 112, 192),
+        MachineSize("ct5lp-hightpu-8t", 224, 384),
+        MachineSize("ct5p-hightpu-4t", 208, 448),
+        MachineSize("ct4p-hightpu-4t", 240, 407),
+        MachineSize("tpu7x-standard-1t", 56, 240),
+        MachineSize("tpu7x-standard-4t", 224, 960),
+    )
+}
+
+
+@dataclass(frozen=True)
+class MinVersion:
+    """The oldest GKE version a feature runs on."""
+
+    feature: str
+    version: str
+    source: Source
+
+
+MIN_VERSIONS: dict[str, MinVersion] = {
+    v.feature: v
+    for v in (
+        # "Ironwood (TPU7x) is available in GKE Standard clusters that run version 1.34.0-gke.2201000
+        # and later, and in Autopilot clusters that run version 1.34.1-gke.3084001 and later."
+        MinVersion("tpu7x on Standard", "1.34.0-gke.2201000", IRONWOOD_PAGE),
+        MinVersion("tpu7x on Autopilot", "1.34.1-gke.3084001", IRONWOOD_PAGE),
+        # "To run TPUs, use GKE version 1.33.0-gke.1712000 or later."
+        MinVersion("flex-start TPUs", "1.33.0-gke.1712000", FLEX_START_PAGE),
+        MinVersion("the Ray Operator add-on", "1.30.0-gke.1747000", RAY_ADDON_PAGE),
+    )
+}
+
+# Boot disks: Google's TPU7x and v6e blueprints give TPU hosts hyperdisk-balanced boot disks
+# (cluster-toolkit examples/gke-tpu-7x/gke-tpu-7x.yaml and examples/gke-tpu-v6e/gke-tpu-v6e.yaml,
+# `disk_type: hyperdisk-balanced`); other generations keep GKE's default.
+BOOT_DISK_TYPES: dict[str, str] = {"tpu7x": "hyperdisk-balanced", "v6e": "hyperdisk-balanced"}
+
+# What a TPU worker pod asks for by default: this share of the machine's allocatable CPU and memory,
+# leaving the rest to GKE's DaemonSets on the node (logging, metadata server, TPU device plugin,
+# the GCS FUSE sidecar).
+DEFAULT_POD_SHARE = Decimal("0.9")
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """"1.34.0-gke.2201000" -> (1, 34, 0, 2201000). A fuzzy "1.34" means the newest 1.34 GKE
+    offers, so its missing parts sort after every patch of that minor."""
+    head, _, build = version.partition("-gke.")
+    parts = [int(p) for p in head.split(".")]
+    big = 10**12
+    while len(parts) < 3:
+        parts.append(big)
+    return (*parts, int(build) if build else big)

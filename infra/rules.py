@@ -1,0 +1,147 @@
+"""The platform's rules, as pure functions over plain values and `infra.platform_facts`.
+
+Each returns None when the rule holds, else one sentence that says what is wrong, what would be
+valid, and where the rule comes from. `infra.config` applies them to every field they concern and
+reports one line per problem (a `ConfigError`), or a warning where the config chose to accept the
+risk. Nothing here imports the config: the rules are tested on their own (tests/infra/test_rules.py).
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from infra import quantity
+from infra.platform_facts import (
+    ALLOCATABLE_PAGE,
+    DEFAULT_POD_SHARE,
+    FLEX_START_PAGE,
+    MACHINES,
+    MIN_VERSIONS,
+    TPU_ZONES,
+    TPU_ZONES_PAGE,
+    version_key,
+)
+
+QUEUED_PROVISIONING = (
+    "queued-provisioning pools only scale up for ProvisioningRequests, which KubeRay worker groups "
+    "cannot create, and GKE taints them cloud.google.com/gke-queued (GKE \"Run a large-scale workload "
+    "with flex-start with queued provisioning\", https://cloud.google.com/kubernetes-engine/docs/how-to/"
+    "provisioningrequest): a Ray worker group would wait forever; use capacity: flex-start (the same "
+    "Dynamic Workload Scheduler capacity, provisioned when the pods ask)"
+)
+
+
+def zone_offers(generation: str, zone: str, capacity: str) -> str | None:
+    """The zone must offer the generation (and flex-start there, for flex-start capacity)."""
+    facts = TPU_ZONES[generation]
+    if capacity == "flex-start":
+        if facts.flex_start is None:
+            return f"flex-start does not support {generation} TPUs (source: {FLEX_START_PAGE.cite()})"
+        if zone not in facts.flex_start:
+            listed = ", ".join(facts.flex_start) or "none"
+            return (f"zone {zone} does not offer {generation} on flex-start; zones that do: {listed} "
+                    f"(source: {FLEX_START_PAGE.cite()})")
+        return None
+    if zone not in facts.zones:
+        return (f"zone {zone} does not offer {generation}; zones that do: {', '.join(facts.zones)} "
+                f"(source: {TPU_ZONES_PAGE.cite()})")
+    return None
+
+
+def zone_in_cluster(cluster_type: str, cluster_zone: str, region: str, zone: str) -> str | None:
+    """A zonal cluster's nodes live in its zone; a regional cluster's in its region's zones."""
+    if cluster_type == "zonal" and zone != cluster_zone:
+        return (f"zone {zone} is outside the zonal cluster's zone {cluster_zone}: use {cluster_zone}, or set "
+                f"cluster_type: regional so each slice group can name a zone of {region}")
+    if not zone.startswith(region + "-"):
+        return f"zone {zone} is not in region {region}: use a zone of {region}"
+    return None
+
+
+def requests_fit(machine_type: str, cpu: str, memory: str) -> list[str]:
+    """A pod's requests must fit the machine's allocatable CPU and memory, or it never schedules."""
+    machine = MACHINES[machine_type]
+    problems = []
+    if quantity.parse(cpu) > machine.allocatable_cpu:
+        problems.append(
+            f"pod_cpu {cpu} is more than a {machine_type} node can give a pod "
+            f"({machine.allocatable_cpu:.2f} of its {machine.vcpus} vCPUs are allocatable); "
+            f"use at most {quantity.cpu(int(machine.allocatable_cpu))} (source: {ALLOCATABLE_PAGE.cite()})"
+        )
+    if quantity.parse(memory) > machine.allocatable_memory:
+        problems.append(
+            f"pod_memory {memory} is more than a {machine_type} node can give a pod "
+            f"({machine.allocatable_memory / 2**30:.1f}Gi of its {machine.memory_gb} GB are allocatable); "
+            f"use at most {quantity.memory(machine.allocatable_memory)} (source: {ALLOCATABLE_PAGE.cite()})"
+        )
+    return problems
+
+
+def default_requests(machine_type: str) -> tuple[str, str]:
+    """(cpu, memory) a TPU worker pod asks for unless the config says: a share of what the machine
+    can give, so the default always fits."""
+    machine = MACHINES[machine_type]
+    cpu = int(machine.allocatable_cpu * DEFAULT_POD_SHARE)
+    memory = int(Decimal(machine.allocatable_memory) * DEFAULT_POD_SHARE)
+    return quantity.cpu(cpu), quantity.memory(memory)
+
+
+def required_versions(mode: str, generations: set[str], capacities: set[str]) -> list[str]:
+    """The features (keys of MIN_VERSIONS) an environment uses."""
+    features = ["the Ray Operator add-on"]
+    if "tpu7x" in generations:
+        features.append("tpu7x on Autopilot" if mode == "autopilot" else "tpu7x on Standard")
+    if "flex-start" in capacities:
+        features.append("flex-start TPUs")
+    return features
+
+
+def version_covers(gke_min_version: str | None, features: list[str]) -> str | None:
+    """A feature newer than what every GKE version runs needs `gke_min_version` at least its minimum:
+    otherwise GKE may create the cluster on an older version, where the pools fail to create."""
+    needed = max((MIN_VERSIONS[f] for f in features), key=lambda v: version_key(v.version))
+    if version_key(needed.version) <= version_key(MIN_VERSIONS["the Ray Operator add-on"].version):
+        return None  # every release channel is past the add-on's minimum
+    if gke_min_version is not None and version_key(gke_min_version) >= version_key(needed.version):
+        return None
+    have = f"gke_min_version {gke_min_version}" if gke_min_version else "no gke_min_version"
+    return (f"{needed.feature} needs GKE {needed.version} or later, and the config sets {have}: set gke_min_version "
+            f"to {needed.version} or a newer version your release channel offers (e.g. "
+            f"'{'.'.join(needed.version.split('.')[:2])}'; see `gcloud container get-server-config`) "
+            f"(source: {needed.source.cite()})")
+
+
+def serving_budget(group: str, slices: int, replicas: int) -> str | None:
+    """The RayService's replicas are slices taken from its group; the RayCluster gets the rest."""
+    if replicas > slices:
+        return (f"serving.replicas ({replicas}) is more than slice group {group} has slices ({slices}): each "
+                f"replica holds a whole slice; raise the group's slices or lower serving.replicas")
+    return None
+
+
+def python_tag(image: str) -> str | None:
+    """The Python of a rayproject/ray image from its tag ("2.60.0-py312-tpu" -> "3.12"); None for
+    other images. A rayproject tag without one is Python 3.10 (Ray's default image tag)."""
+    name, _, tag = image.rpartition(":")
+    if "rayproject/ray" not in name or not tag:
+        return None
+    for part in tag.split("-"):
+        if part.startswith("py") and part[2:].isdigit():
+            return f"{part[2]}.{part[3:]}"
+    return "3.10"
+
+
+def images_agree(head_image: str, worker_images: dict[str, str]) -> list[str]:
+    """Every Ray node of a cluster runs one Python; TPU7x needs jax[tpu] >= 0.8.2, which has no
+    Python 3.10/3.11 build in Ray's TPU images (ray-project/ray issue #62402, PR #63006)."""
+    problems = []
+    head_py = python_tag(head_image)
+    for generation, image in worker_images.items():
+        py = python_tag(image)
+        if head_py and py and py != head_py:
+            problems.append(f"the {generation} worker image {image} runs Python {py} but the head image {head_image} "
+                            f"runs Python {head_py}: Ray needs one Python version across a cluster")
+        if generation == "tpu7x" and py and version_key(py) < version_key("3.12"):
+            problems.append(f"the tpu7x worker image {image} runs Python {py}: Ironwood needs jax[tpu] >= 0.8.2 on "
+                            f"Python >= 3.12 (ray-project/ray issue #62402); use a -py312-tpu image")
+    return problems
