@@ -501,6 +501,8 @@ def platform_problems(env: Environment) -> tuple[list[str], list[str]]:
                 warnings.append(f"{zone_field}: {problem}; accepted because {at}.unlisted_zone_ok is true")
             else:
                 errors.append(f"{zone_field}: {problem}; if Google has added it since, set {at}.unlisted_zone_ok: true")
+        if problem := rules.ray_knows(group.generation, group.topology):
+            warnings.append(f"{at}.topology: {problem}")
         cpu, memory = group.requests
         for problem in rules.requests_fit(group.shape.machine_type, cpu, memory):
             field = "pod_cpu" if problem.startswith("pod_cpu") else "pod_memory"

@@ -103,7 +103,9 @@ def _tpu_pool(plan: TpuPoolPlan, pool: container_v1.NodePool | None) -> list[Fin
         # TPU7x names a compute resource policy instead; its topology lives in Compute, not GKE.
         name = placement.policy_name
         found.append(Finding(subject, "workload policy", "set", name or "(none)", bool(name)))
+    found.append(_check(subject, "zone", plan.zone, ",".join(pool.locations) or "(none)"))
     found.append(_check(subject, "size", _size(plan.autoscaled, plan.min_nodes, plan.max_nodes, plan.initial_nodes), _live_size(pool)))
+    found.append(_check(subject, "auto repair", _on_off(plan.auto_repair), _on_off(pool.management.auto_repair)))
     expected_capacity = f"reservation {plan.reservation}" if plan.capacity == "reservation" else plan.capacity
     found.append(_check(subject, "capacity", expected_capacity, _live_capacity(pool)))
     found.append(_check(subject, "status", "RUNNING", pool.status.name))
@@ -120,6 +122,10 @@ def _cpu_pool(env: Environment, pool: container_v1.NodePool | None) -> list[Find
         _check(subject, "size", _size(True, cpu.min_nodes, cpu.max_nodes, cpu.min_nodes), _live_size(pool)),
         _check(subject, "status", "RUNNING", pool.status.name),
     ]
+
+
+def _on_off(flag: bool) -> str:
+    return "on" if flag else "off"
 
 
 def _size(autoscaled: bool, min_nodes: int, max_nodes: int, fixed_nodes: int) -> str:

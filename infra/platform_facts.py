@@ -152,6 +152,19 @@ MIN_VERSIONS: dict[str, MinVersion] = {
     )
 }
 
+# The topologies Ray's `ray.util.tpu` (2.60.0, ray/_private/accelerators/tpu.py VALID_TPU_TOPOLOGY)
+# knows, by our generation name: a slice of another shape can be deployed, but Ray's
+# slice_placement_group cannot reserve it. tests/infra/test_catalog.py checks this against the
+# installed Ray.
+RAY_VERSION_READ = "2.60.0"
+RAY_TPU_TOPOLOGIES: dict[str, frozenset[str]] = {
+    "v4": frozenset({'2x2x1', '2x2x2', '2x2x4', '2x4x4', '4x4x4', '4x4x8', '4x4x12', '4x4x16', '4x8x4', '4x8x8', '4x8x12', '4x8x16', '4x12x4', '4x12x8', '4x12x12', '4x12x16', '8x4x4', '8x4x8', '8x4x12', '8x4x16', '8x8x4', '8x8x8', '8x8x12', '8x8x16', '8x12x4', '8x12x8', '8x12x12', '8x12x16', '12x4x4', '12x4x8', '12x4x12', '12x4x16', '12x8x4', '12x8x8', '12x8x12', '12x8x16', '12x12x4', '12x12x8', '12x12x12', '12x12x16'}),
+    "v5p": frozenset({'2x2x1', '2x2x2', '2x2x4', '2x4x4', '4x4x4', '4x4x8', '4x4x12', '4x4x16', '4x4x20', '4x4x24', '4x8x4', '4x8x8', '4x8x12', '4x8x16', '4x8x20', '4x8x24', '4x12x4', '4x12x8', '4x12x12', '4x12x16', '4x12x20', '4x12x24', '4x16x4', '4x16x8', '4x16x12', '4x16x16', '4x16x20', '4x16x24', '8x4x4', '8x4x8', '8x4x12', '8x4x16', '8x4x20', '8x4x24', '8x8x4', '8x8x8', '8x8x12', '8x8x16', '8x8x20', '8x8x24', '8x12x4', '8x12x8', '8x12x12', '8x12x16', '8x12x20', '8x12x24', '8x16x4', '8x16x8', '8x16x12', '8x16x16', '8x16x20', '8x16x24', '12x4x4', '12x4x8', '12x4x12', '12x4x16', '12x4x20', '12x4x24', '12x8x4', '12x8x8', '12x8x12', '12x8x16', '12x8x20', '12x8x24', '12x12x4', '12x12x8', '12x12x12', '12x12x16', '12x12x20', '12x12x24', '12x16x4', '12x16x8', '12x16x12', '12x16x16', '12x16x20', '12x16x24', '16x4x4', '16x4x8', '16x4x12', '16x4x16', '16x4x20', '16x4x24', '16x8x4', '16x8x8', '16x8x12', '16x8x16', '16x8x20', '16x8x24', '16x12x4', '16x12x8', '16x12x12', '16x12x16', '16x12x20', '16x12x24', '16x16x4', '16x16x8', '16x16x12', '16x16x16', '16x16x20', '16x16x24'}),
+    "v5e": frozenset({'1x1', '2x2', '2x4', '2x8', '4x4', '4x8', '8x8', '8x16', '16x16'}),
+    "v6e": frozenset({'1x1', '2x2', '2x4', '2x8', '4x4', '4x8', '8x8', '8x16', '16x16'}),
+    "tpu7x": frozenset({'2x2x1', '2x2x2', '2x2x4', '2x4x4', '4x4x4', '4x4x8', '4x8x8', '8x8x8', '8x8x16', '8x16x16'}),
+}
+
 # Boot disks: Google's TPU7x and v6e blueprints give TPU hosts hyperdisk-balanced boot disks
 # (cluster-toolkit examples/gke-tpu-7x/gke-tpu-7x.yaml and examples/gke-tpu-v6e/gke-tpu-v6e.yaml,
 # `disk_type: hyperdisk-balanced`); other generations keep GKE's default.

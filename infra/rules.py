@@ -17,6 +17,8 @@ from infra.platform_facts import (
     FLEX_START_PAGE,
     MACHINES,
     MIN_VERSIONS,
+    RAY_TPU_TOPOLOGIES,
+    RAY_VERSION_READ,
     TPU_ZONES,
     TPU_ZONES_PAGE,
     version_key,
@@ -46,6 +48,15 @@ def zone_offers(generation: str, zone: str, capacity: str) -> str | None:
         return (f"zone {zone} does not offer {generation}; zones that do: {', '.join(facts.zones)} "
                 f"(source: {TPU_ZONES_PAGE.cite()})")
     return None
+
+
+def ray_knows(generation: str, topology: str) -> str | None:
+    """GKE offers more shapes than Ray's TPU table: such a slice deploys, but Ray's
+    slice_placement_group cannot reserve it (a warning: the pools and RayCluster still work)."""
+    if topology in RAY_TPU_TOPOLOGIES[generation]:
+        return None
+    return (f"Ray {RAY_VERSION_READ}'s ray.util.tpu does not know {generation} {topology}: the slice deploys, but the "
+            f"jobs here cannot reserve it with slice_placement_group (Ray's VALID_TPU_TOPOLOGY)")
 
 
 def zone_in_cluster(cluster_type: str, cluster_zone: str, region: str, zone: str) -> str | None:

@@ -84,7 +84,7 @@ def mounted_path(gs_uri: str, bucket_mount: str) -> str:
 
 def tpu_placement(shape: catalog.SliceShape) -> dict[str, Any]:
     """The LLMConfig fields that put one replica on one whole slice of `shape`."""
-    if shape.multi_host and shape.chips <= 8 and len(shape.generation.single_host_chips_per_host) > 1:
+    if shape.multi_host and shape.chips <= 8 and shape.generation.name in ("v5e", "v6e"):
         # Ray (ray._private.accelerators.tpu.get_chips_per_host) takes v5e/v6e shapes of up to 8
         # chips for single-host ones, so it would ask for one 8-chip bundle that no 4-chip host has.
         raise ServeConfigError(
@@ -110,11 +110,7 @@ def llm_config_kwargs(env: Environment, bucket_mount: str | None = BUCKET_MOUNT)
     if serving is None:
         raise ServeConfigError(f"environment {env.name!r} has no serving section (see infra/config.py: Serving)")
     group = env.slice_group(serving.slice_group)
-    if serving.replicas > group.slices:
-        raise ServeConfigError(
-            f"serving.replicas ({serving.replicas}) exceeds slice group {group.name!r}'s {group.slices} slice(s): "
-            f"each replica takes a whole slice"
-        )
+    # serving.replicas <= the group's slices is a config rule (infra.rules.serving_budget).
     placement = tpu_placement(group.shape)
     model_id = served_model_id(serving)
     if serving.model.startswith("gs://") and bucket_mount:

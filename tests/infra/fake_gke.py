@@ -68,9 +68,6 @@ def _tpu_pool(env: Environment, plan: TpuPoolPlan) -> dict:
         }
     elif plan.capacity == "flex-start":
         config.update(flexStart=True, reservationAffinity=no_reservation)
-    elif plan.capacity == "queued-provisioning":
-        config["reservationAffinity"] = no_reservation
-        extra["queuedProvisioning"] = {"enabled": True}
     if plan.placement == "tpu-topology":
         extra["placementPolicy"] = {"type": "COMPACT", "tpuTopology": plan.shape.topology}
     elif plan.placement == "workload-policy":
@@ -81,19 +78,21 @@ def _tpu_pool(env: Environment, plan: TpuPoolPlan) -> dict:
         if plan.autoscaled
         else None
     )
-    return _pool(env, plan.name, config, initial=plan.initial_nodes, autoscaling=autoscaling, **extra)
+    return _pool(env, plan.name, config, initial=plan.initial_nodes, autoscaling=autoscaling, zone=plan.zone,
+                 auto_repair=plan.auto_repair, **extra)
 
 
-def _pool(env: Environment, name: str, config: dict, *, initial: int, autoscaling: dict | None, **extra) -> dict:
+def _pool(env: Environment, name: str, config: dict, *, initial: int, autoscaling: dict | None,
+          zone: str | None = None, auto_repair: bool = True, **extra) -> dict:
     pool = {
         "name": name,
         "config": {"imageType": "COS_CONTAINERD", "labels": {}, "resourceLabels": dict(env.labels), **config},
         "initialNodeCount": initial,
-        "locations": [env.zone],
-        "selfLink": f"https://container.googleapis.com/v1/projects/{env.project}/zones/{env.zone}/clusters/{env.cluster_name}/nodePools/{name}",
+        "locations": [zone or env.zone],
+        "selfLink": f"https://container.googleapis.com/v1/projects/{env.project}/locations/{env.location}/clusters/{env.cluster_name}/nodePools/{name}",
         "version": "1.34.1-gke.1829001",
         "status": "RUNNING",
-        "management": {"autoUpgrade": True, "autoRepair": True},
+        "management": {"autoUpgrade": True, "autoRepair": auto_repair},
         **extra,
     }
     if autoscaling:

@@ -35,8 +35,9 @@ def bad(**changes) -> str:
 
 def test_dev_is_the_reference_v6e_4x4():
     env = load_environment("dev")
-    (group,) = env.slice_groups
+    group, serving = env.slice_groups
     assert (group.generation, group.topology, group.slices) == ("v6e", "4x4", 1)
+    assert env.serving is not None and env.serving.slice_group == serving.name != group.name
     assert (group.shape.chips, group.shape.hosts, group.shape.machine_type) == (16, 4, "ct6e-standard-4t")
     assert env.zone.startswith(env.region) and env.mode == "standard"
     assert env.stack_name == "ray-tpu-dev"

@@ -129,9 +129,10 @@ def test_prod_pool_drift_machine_type_size_capacity_status_and_policy():
     ironwood["placementPolicy"].pop("policyName")
     ironwood["initialNodeCount"] = 1
     ironwood["config"]["reservationAffinity"]["values"] = ["other-res"]
-    flex = by_name(pools, "v5e-serving")
-    flex["autoscaling"]["maxNodeCount"] = 5
-    flex["config"]["spot"] = True  # flex-start and spot at once: both are shown
+    v5e = by_name(pools, "v5e-serving")
+    v5e["autoscaling"]["maxNodeCount"] = 5
+    v5e["locations"] = ["us-central1-b"]  # the group's zone is us-central1-a
+    v5e["config"]["spot"] = True
     assert drift(compare(PROD, *as_protos(render_cluster(PROD), pools))) == [
         Finding("pool v6e-multislice-1", "machine type", "ct6e-standard-4t", "ct6e-standard-8t", False),
         Finding("pool v6e-multislice-1", "capacity", "spot", "on-demand", False),
@@ -139,8 +140,9 @@ def test_prod_pool_drift_machine_type_size_capacity_status_and_policy():
         Finding("pool ironwood-0", "workload policy", "set", "(none)", False),
         Finding("pool ironwood-0", "size", "fixed 2 nodes", "fixed 1 nodes", False),
         Finding("pool ironwood-0", "capacity", "reservation ironwood-res", "reservation other-res", False),
+        Finding("pool v5e-serving", "zone", "us-central1-a", "us-central1-b", False),
         Finding("pool v5e-serving", "size", "autoscaled 0-2 nodes", "autoscaled 0-5 nodes", False),
-        Finding("pool v5e-serving", "capacity", "flex-start", "spot + flex-start", False),
+        Finding("pool v5e-serving", "capacity", "on-demand", "spot", False),
     ]
 
 
@@ -155,21 +157,25 @@ def test_autoscaling_switched_on_or_off_is_drift():
     ]
 
 
-def test_queued_provisioning_and_fixed_multihost_slices():
+def test_flex_start_and_fixed_multihost_slices():
     env = parse_environment({
-        "name": "qp", "project": "my-gcp-project", "region": "us-east5", "zone": "us-east5-b", "cluster_name": "qp",
+        "name": "qp", "project": "my-gcp-project", "region": "us-east5", "zone": "us-east5-a", "cluster_name": "qp",
+        "gke_min_version": "1.35",
         "slice_groups": [
-            {"name": "kueue", "generation": "v5p", "topology": "2x2x4", "capacity": "queued-provisioning"},
+            {"name": "flex", "generation": "v5p", "topology": "2x2x4", "capacity": "flex-start"},
             {"name": "fixed", "generation": "v6e", "topology": "4x8", "slices": 2, "capacity": "spot"},
         ],
     })
     pools = render_node_pools(env)
-    assert {p["name"] for p in pools} == {"cpu", "kueue-0", "fixed-0", "fixed-1"}
+    assert {p["name"] for p in pools} == {"cpu", "flex-0", "fixed-0", "fixed-1"}
     assert drift(compare(env, *as_protos(render_cluster(env), pools))) == []
-    del by_name(pools, "kueue-0")["queuedProvisioning"]
+    flex = by_name(pools, "flex-0")
+    del flex["config"]["flexStart"]
+    flex["management"]["autoRepair"] = True  # flex-start pools must not auto-repair
     by_name(pools, "fixed-1")["initialNodeCount"] = 7
     assert drift(compare(env, *as_protos(render_cluster(env), pools))) == [
-        Finding("pool kueue-0", "capacity", "queued-provisioning", "on-demand", False),
+        Finding("pool flex-0", "auto repair", "off", "on", False),
+        Finding("pool flex-0", "capacity", "flex-start", "on-demand", False),
         Finding("pool fixed-1", "size", "fixed 8 nodes", "fixed 7 nodes", False),
     ]
 
@@ -205,7 +211,7 @@ def run(capsys, gke: FakeGke, *extra: str, env: str = "dev") -> tuple[int, str, 
 def test_cli_matching_cluster_exits_0(capsys, gke):
     code, out, err = run(capsys, gke)
     assert (code, err) == (0, "")
-    assert "DRIFT" not in out and "dev: all 12 checks match the config" in out
+    assert "DRIFT" not in out and "dev: all 20 checks match the config" in out
     name = "projects/my-gcp-project/locations/us-east5-b/clusters/ray-tpu-dev"
     assert [r.split("?")[0] for r in gke.requests] == [f"/v1/{name}", f"/v1/{name}/nodePools"]
 
@@ -216,7 +222,7 @@ def test_cli_drifted_topology_exits_1(capsys, gke):
     assert (code, err) == (1, "")
     row = next(line for line in out.splitlines() if "DRIFT" in line)
     assert "pool v6e-4x4-0" in row and "tpu topology" in row and "4x4" in row and "4x8" in row
-    assert "1 of 12 checks drifted: pool v6e-4x4-0 tpu topology" in out
+    assert "1 of 20 checks drifted: pool v6e-4x4-0 tpu topology" in out
 
 
 def test_cli_missing_pool_exits_1(capsys, gke):
@@ -234,7 +240,7 @@ def test_cli_extra_pool_exits_1(capsys, gke):
 def test_cli_addon_disabled_exits_1(capsys, gke):
     gke.cluster["addonsConfig"]["rayOperatorConfig"] = {"enabled": False}
     code, out, _ = run(capsys, gke)
-    assert code == 1 and "3 of 12 checks drifted: cluster ray-tpu-dev ray operator add-on" in out
+    assert code == 1 and "3 of 20 checks drifted: cluster ray-tpu-dev ray operator add-on" in out
 
 
 def test_cli_autopilot_reads_no_pools(capsys, gke):

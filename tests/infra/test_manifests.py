@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from infra.catalog import topology_chips
-from infra.config import environment_names, load_environment
+from infra.config import environment_names, load_environment, parse_environment
 from infra.manifests.raycluster import manifests, ray_cluster
 from tests.kuberay_schema import errors
 
@@ -53,9 +53,11 @@ def test_dev_worker_group_is_one_v6e_4x4_slice():
     assert pod["nodeSelector"] == {
         "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
         "cloud.google.com/gke-tpu-topology": "4x4",
+        "ray-tpu-gke/slice-group": "v6e-4x4",  # its own group's pools only
     }
     (container,) = pod["containers"]
     assert container["resources"]["limits"]["google.com/tpu"] == "4"
+    assert container["image"] == "rayproject/ray:2.60.0-py312-tpu"  # JAX for TPU in the image
     assert {"containerPort": 8081, "name": "mxla"} in container["ports"]
     assert pod["serviceAccountName"] == "ray"
 
@@ -64,10 +66,13 @@ def test_prod_groups_carry_slices_and_capacity():
     groups = {g["groupName"]: g for g in worker_groups("prod")}
     multislice = groups["v6e-multislice"]
     assert (multislice["replicas"], multislice["numOfHosts"]) == (2, 4)
-    assert multislice["template"]["spec"]["nodeSelector"]["cloud.google.com/gke-spot"] == "true"
+    # Standard: the pools carry spot and the reservation; pods select their group's pools. The
+    # reservation labels are documented for nodes GKE makes from the pod spec (Autopilot), not for
+    # Standard pools (GKE "Consume reserved zonal resources"; xpk selects them only with NAP).
+    assert multislice["template"]["spec"]["nodeSelector"]["ray-tpu-gke/slice-group"] == "v6e-multislice"
     ironwood = groups["ironwood"]["template"]["spec"]["nodeSelector"]
     assert ironwood["cloud.google.com/gke-tpu-accelerator"] == "tpu7x"
-    assert ironwood["cloud.google.com/reservation-name"] == "ironwood-res"
+    assert "cloud.google.com/reservation-affinity" not in ironwood and ironwood["ray-tpu-gke/slice-group"] == "ironwood"
     v5e = groups["v5e-serving"]
     assert v5e["numOfHosts"] == 1 and v5e["template"]["spec"]["containers"][0]["resources"]["limits"]["google.com/tpu"] == "8"
 
@@ -79,6 +84,32 @@ def test_head_runs_on_cpu_pool_non_root_and_dashboard_stays_inside():
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert head["serviceType"] == "ClusterIP"
     assert head["rayStartParams"]["num-cpus"] == "0"
+
+
+def test_autopilot_pods_carry_the_whole_request():
+    (group,) = worker_groups("autopilot")
+    assert group["template"]["spec"]["nodeSelector"] == {
+        "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
+        "cloud.google.com/gke-tpu-topology": "4x4",
+        "topology.kubernetes.io/zone": "us-east5-b",
+        "cloud.google.com/gke-spot": "true",
+    }
+
+
+def test_default_requests_fit_every_machine():
+    # Derived from the machine's allocatable (GKE "Plan node sizes"), so v5e's small hosts fit too.
+    # By hand: ct5lp-hightpu-4t has 192 GB = 178.81 GiB; GKE keeps 1 + 0.8 + 0.8 + 6.72 + 2% of 50.81
+    # = 10.34 GiB and 100 MiB for eviction: 168.38 GiB allocatable, 90% = 151.5 -> 151Gi; CPU 112 -
+    # 0.35 = 111.65, 90% -> 100. ct5lp-hightpu-1t: 48 GB = 44.70 GiB - 4.32 - 0.10 = 40.29, 90% -> 36Gi;
+    # 23.87 cores, 90% -> 21. (The old default, 24 CPU / 200G, fit neither.)
+    for gen, topology, machine, cpu, memory in [
+        ("v5e", "1x1", "ct5lp-hightpu-1t", "21", "36Gi"), ("v5e", "4x4", "ct5lp-hightpu-4t", "100", "151Gi"),
+    ]:
+        data = {"name": "t", "project": "my-gcp-project", "region": "us-west4", "zone": "us-west4-a", "cluster_name": "t",
+                "slice_groups": [{"name": "g", "generation": gen, "topology": topology}]}
+        (group,) = ray_cluster(parse_environment(data))["spec"]["workerGroupSpecs"]
+        requests = group["template"]["spec"]["containers"][0]["resources"]["requests"]
+        assert (requests["cpu"], requests["memory"]) == (cpu, memory), machine
 
 
 def test_autopilot_head_has_no_pool_selector():

@@ -6,19 +6,21 @@ from infra.config import load_environment, parse_environment
 from infra.node_pools import tpu_pool_plans
 
 
-def env_with(**group):
+def env_with(region="us-east5", zone="us-east5-b", **group):
     return parse_environment(
         {
-            "name": "t", "project": "my-gcp-project", "region": "us-east5", "zone": "us-east5-b", "cluster_name": "c",
+            "name": "t", "project": "my-gcp-project", "region": region, "zone": zone, "cluster_name": "c",
+            "gke_min_version": "1.35",
             "slice_groups": [{"name": "g", "generation": "v6e", "topology": "4x4", **group}],
         }
     )
 
 
-def test_dev_is_one_pool_of_four_hosts_scaling_from_zero():
-    (plan,) = tpu_pool_plans(load_environment("dev"))
+def test_dev_is_one_pool_of_four_hosts_scaling_from_zero_and_a_serving_host():
+    plan, serving = tpu_pool_plans(load_environment("dev"))
     assert (plan.name, plan.machine_type, plan.placement) == ("v6e-4x4-0", "ct6e-standard-4t", "tpu-topology")
     assert (plan.autoscaled, plan.min_nodes, plan.max_nodes, plan.initial_nodes) == (True, 0, 4, 0)
+    assert (serving.name, serving.shape.hosts, serving.max_nodes, serving.zone) == ("v6e-2x2", 1, 1, "us-east5-b")
 
 
 def test_n_multi_host_slices_are_n_pools_each_whole():
@@ -32,6 +34,9 @@ def test_n_multi_host_slices_are_n_pools_each_whole():
 def test_fixed_pools_without_autoscaling():
     plans = tpu_pool_plans(env_with(slices=2))
     assert [(p.autoscaled, p.initial_nodes) for p in plans] == [(False, 4), (False, 4)]
+    # Fixed pools set node_count only: the provider refuses both counts on one pool
+    # (terraform-provider-google 6.50.0 resource_container_node_pool.go, expandNodePool).
+    assert [p.fixed_nodes for p in plans] == [4, 4]
 
 
 def test_single_host_slices_share_one_pool():
@@ -41,13 +46,14 @@ def test_single_host_slices_share_one_pool():
 
 
 def test_tpu7x_multi_host_takes_a_workload_policy():
-    plans = tpu_pool_plans(env_with(generation="tpu7x", topology="2x2x2"))
+    plans = tpu_pool_plans(env_with(generation="tpu7x", topology="2x2x2", region="us-central1", zone="us-central1-c"))
     assert [(p.placement, p.machine_type, p.shape.hosts) for p in plans] == [("workload-policy", "tpu7x-standard-4t", 2)]
 
 
 def test_flex_start_always_scales_from_zero():
     (plan,) = tpu_pool_plans(env_with(capacity="flex-start"))
     assert (plan.autoscaled, plan.min_nodes, plan.initial_nodes, plan.capacity) == (True, 0, 0, "flex-start")
+    assert plan.fixed_nodes is None and plan.auto_repair is False  # xpk: --no-enable-autorepair
 
 
 def test_reservation_is_carried():

@@ -22,9 +22,11 @@ def test_job_gets_the_config_shape_and_runtime_env():
     assert shape_args(env) == ["--env", "dev", "--generation", "v6e", "--topology", "4x4", "--chips-per-host", "4", "--slices", "1"]
     rt = runtime_env(env, {"EXTRA": "1"})
     assert rt["working_dir"] == str(REPO) and ".venv" in rt["excludes"] and rt["excludes"] == EXCLUDES
-    assert rt["pip"] == env.ray.job_pip and rt["env_vars"] == {"EXTRA": "1"}
+    # The image carries JAX (ray.tpu_images): a job's runtime env holds only what it adds, and dev adds nothing.
+    assert "pip" not in rt and env.ray.job_pip == [] and rt["env_vars"] == {"EXTRA": "1"}
     assert credentials_command(env) == [
         "gcloud", "container", "clusters", "get-credentials", "ray-tpu-dev", "--location", "us-east5-b", "--project", "my-gcp-project",
+        "--dns-endpoint",  # the IAM-guarded endpoint laptops and Cloud Build reach
     ]
 
 
@@ -57,7 +59,7 @@ def test_bad_arguments():
 def test_print_credentials_command():
     proc = run("--print-credentials-command", "--env", "prod")
     assert proc.returncode == 0
-    assert proc.stdout.strip() == "gcloud container clusters get-credentials ray-tpu-prod --location us-central1-c --project my-gcp-project"
+    assert proc.stdout.strip() == "gcloud container clusters get-credentials ray-tpu-prod --location us-central1 --project my-gcp-project --dns-endpoint"  # regional
 
 
 def test_the_jobs_own_arguments_are_checked_before_anything_is_submitted():

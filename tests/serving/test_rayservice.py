@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from infra.config import ConfigError, ENVIRONMENTS_DIR, environment_names, load_environment, parse_environment
-from infra.manifests.raycluster import ray_cluster
+from infra.manifests.raycluster import ray_cluster, tpu_worker_group
 from infra.manifests.rayservice import CODE_DIR, ray_service, serve_config, serve_service_name
 from tests.kuberay_schema import errors
 
@@ -73,17 +73,29 @@ def test_serve_config_imports_our_builder_with_the_env_name():
     assert serve_service_name(env) == "ray-tpu-dev-serve-serve-svc"
 
 
-def test_the_worker_group_is_the_raycluster_one_sized_to_the_replicas():
+def test_the_worker_group_is_the_groups_own_sized_to_the_replicas():
     env = load_environment("dev")
     (served,) = ray_service(env)["spec"]["rayClusterConfig"]["workerGroupSpecs"]
-    (plain,) = ray_cluster(env)["spec"]["workerGroupSpecs"]
-    assert served["numOfHosts"] == plain["numOfHosts"] == 4
+    plain = tpu_worker_group(env, env.slice_group("v6e-2x2"), slices=1)
+    assert served["groupName"] == "v6e-2x2-serve"  # never a RayCluster group's name
+    assert served["numOfHosts"] == plain["numOfHosts"] == 1
     assert (served["replicas"], served["minReplicas"], served["maxReplicas"]) == (1, 1, 1)
     assert served["template"]["spec"]["nodeSelector"] == plain["template"]["spec"]["nodeSelector"]
+    assert served["template"]["spec"]["nodeSelector"]["ray-tpu-gke/slice-group"] == "v6e-2x2"
     (container,) = served["template"]["spec"]["containers"]
     (plain_container,) = plain["template"]["spec"]["containers"]
     assert container["resources"] == plain_container["resources"]
     assert container["image"] == "rayproject/ray:2.60.0-py312"  # vllm-tpu is cp312-only
+
+
+def test_a_shared_group_is_split_between_the_raycluster_and_the_rayservice():
+    data = dev_data(slice_group="v6e-4x4")
+    data["slice_groups"][0]["slices"] = 3
+    env = parse_environment(data)
+    cluster_group = next(g for g in ray_cluster(env)["spec"]["workerGroupSpecs"] if g["groupName"] == "v6e-4x4")
+    (served,) = ray_service(env)["spec"]["rayClusterConfig"]["workerGroupSpecs"]
+    assert (cluster_group["replicas"], cluster_group["maxReplicas"]) == (2, 2)
+    assert (served["groupName"], served["replicas"]) == ("v6e-4x4-serve", 1)
 
 
 def test_every_pod_mounts_the_bucket_with_gcs_fuse_and_has_shm():
@@ -116,17 +128,15 @@ def test_hf_token_comes_only_from_the_named_secret():
     assert "hf-token" not in manifest["spec"]["serveConfigV2"]
 
 
-def test_one_slice_means_no_second_cluster_on_upgrade():
+def test_no_second_cluster_on_upgrade():
+    # The RayService holds exactly its replicas' slices: a NewCluster upgrade would wait forever.
     assert ray_service(load_environment("dev"))["spec"]["upgradeStrategy"] == {"type": "None"}
-    data = dev_data()
-    data["slice_groups"][0]["slices"] = 2
-    assert "upgradeStrategy" not in ray_service(parse_environment(data))["spec"]
 
 
 def test_unservable_config_is_a_config_error_naming_serving():
     data = dev_data(replicas=3)
-    with pytest.raises(ConfigError, match=r"serving: serving.replicas \(3\) exceeds"):
-        ray_service(parse_environment(data))
+    with pytest.raises(ConfigError, match=r"serving.replicas: serving.replicas \(3\) is more than slice group v6e-2x2 has slices \(1\)"):
+        parse_environment(data)
     data = dev_data()
     data.pop("serving")
     with pytest.raises(ConfigError, match="no serving section"):

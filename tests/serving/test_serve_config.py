@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infra.config import ENVIRONMENTS_DIR, Environment, environment_names, load_environment, parse_environment
+from infra.config import ENVIRONMENTS_DIR, ConfigError, Environment, environment_names, load_environment, parse_environment
 from jobs.serve import (
     ServeConfigError,
     build_app,
@@ -37,6 +37,12 @@ def env_with(group: dict, **serving) -> Environment:
     data["name"] = "dev"
     data["slice_groups"] = [{"name": "serve", "slices": 1, **group}]
     data["serving"] = {**data["serving"], "slice_group": "serve", **serving}
+    # A zone that offers the generation (Cloud TPU "TPU regions and zones"), and the GKE version it needs.
+    zone = {"tpu7x": "us-central1-c", "v5p": "us-east5-a"}.get(group.get("generation", ""))
+    if zone:
+        data.update(region=zone[:-2], zone=zone, gke_min_version="1.35")
+        data["bucket"] = {"location": zone[:-2]}
+        data["serving"]["model"] = "meta-llama/Llama-3.1-8B-Instruct"
     return parse_environment(data)
 
 
@@ -67,7 +73,7 @@ def test_dev_serves_the_bucket_model_through_the_fuse_mount():
     env = load_environment("dev")
     kw = llm_config_kwargs(env)
     assert kw["model_loading_config"] == {"model_id": "tiny-llama", "model_source": "/gcs/models/tiny-llama"}
-    assert kw["engine_kwargs"] == {"tensor_parallel_size": 16, "max_model_len": env.serving.max_model_len}
+    assert kw["engine_kwargs"] == {"tensor_parallel_size": 4, "max_model_len": env.serving.max_model_len}  # its own 2x2
     assert kw["deployment_config"] == {"num_replicas": 1}
     assert kw["runtime_env"]["env_vars"]["VLLM_XLA_CACHE_PATH"] == "/gcs/xla-cache/tiny-llama"
 
@@ -88,11 +94,10 @@ def test_hugging_face_model_id_is_served_under_its_own_name():
 
 
 def test_replicas_beyond_the_groups_slices_are_refused():
-    env = env_with({**SHAPES["v6e-4x4"][0]}, replicas=2)
-    with pytest.raises(ServeConfigError, match=r"serving.replicas \(2\) exceeds .* 1 slice"):
-        llm_config_kwargs(env)
+    with pytest.raises(ConfigError, match=r"serving.replicas: serving.replicas \(2\) is more than slice group serve has slices \(1\)"):
+        env_with({**SHAPES["v6e-4x4"][0]}, replicas=2)
     data = yaml.safe_load((ENVIRONMENTS_DIR / "dev.yaml").read_text()) | {"name": "dev"}
-    data["slice_groups"][0]["slices"] = 2
+    data["slice_groups"][1]["slices"] = 2
     data["serving"]["replicas"] = 2
     assert llm_config_kwargs(parse_environment(data))["deployment_config"] == {"num_replicas": 2}
 
