@@ -1,4 +1,5 @@
-"""The test session's one cdktf synth: `make synth` (the real cdktf CLI), every environment.
+"""The test session's one cdktf synth: `make synth` (the real cdktf CLI), every shipped environment
+plus the sweep's (tests/infra/sweep.py: every shape x capacity x fixed/autoscaled), in one app.
 
 Importing the provider bindings costs ~20 s and ~0.5 GB, so it happens once, in the CLI's child
 process; the tests read the synthesized `cdk.tf.json` files and use cdktf's own matchers on them.
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from infra.config import Environment, environment_names, load_environment
+from tests.infra.sweep import write_sweep
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO.parent / "shared"
@@ -67,11 +69,27 @@ class Synthesized:
 
 
 @pytest.fixture(scope="session")
-def synth_outdir(tmp_path_factory) -> Path:
+def sweep_paths(tmp_path_factory) -> list[Path]:
+    return write_sweep(tmp_path_factory.mktemp("sweep"))
+
+
+@pytest.fixture(scope="session")
+def synth_outdir(tmp_path_factory, sweep_paths) -> Path:
     outdir = tmp_path_factory.mktemp("cdktf-out")
-    proc = run_cdktf_synth(outdir)
+    envs = ",".join([*environment_names(), *map(str, sweep_paths)])
+    proc = run_cdktf_synth(outdir, {"RAY_TPU_ENVS": envs})
     assert proc.returncode == 0, f"cdktf synth failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
     return outdir
+
+
+@pytest.fixture(scope="session")
+def sweep_stacks(synth_outdir, sweep_paths) -> dict[str, Synthesized]:
+    out = {}
+    for path in sweep_paths:
+        env = load_environment(path)
+        stack = synth_outdir / "stacks" / env.stack_name / "cdk.tf.json"
+        out[env.name] = Synthesized(env, stack.read_text(), stack)
+    return out
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,7 @@ def has(stack, tf_type: str, props: dict) -> None:
     assert cdktf.Testing.to_have_resource_with_properties(stack.text, tf_type, props), f"no {tf_type} with {props}"
 
 
-def test_one_stack_per_environment(stacks):
+def test_one_stack_per_shipped_environment(stacks):
     assert {s.path.parent.name for s in stacks.values()} == {"ray-tpu-autopilot", "ray-tpu-dev", "ray-tpu-prod"}
 
 
@@ -47,6 +47,8 @@ def test_cluster_is_private_shielded_with_ray_operator(stacks):
         "private_cluster_config": {"enable_private_nodes": True, "master_ipv4_cidr_block": "172.16.0.32/28"},
         "ip_allocation_policy": {"cluster_secondary_range_name": "pods", "services_secondary_range_name": "services"},
         "monitoring_config": {"managed_prometheus": {"enabled": True}},
+        # The DNS endpoint: how laptops and Cloud Build's default pool reach the control plane.
+        "control_plane_endpoints_config": {"dns_endpoint_config": {"allow_external_traffic": True}},
         "addons_config": {
             "ray_operator_config": [{
                 "enabled": True,
@@ -67,7 +69,9 @@ def test_dev_tpu_pool_is_one_compact_v6e_4x4_slice(stacks):
         "initial_node_count": 0,
         "autoscaling": {"min_node_count": 0, "max_node_count": 4},
         "placement_policy": {"type": "COMPACT", "tpu_topology": "4x4"},
-        "node_config": {"machine_type": "ct6e-standard-4t", "workload_metadata_config": {"mode": "GKE_METADATA"}},
+        "node_locations": ["us-east5-b"],
+        "node_config": {"machine_type": "ct6e-standard-4t", "workload_metadata_config": {"mode": "GKE_METADATA"},
+                        "disk_type": "hyperdisk-balanced", "labels": {"ray-tpu-gke/slice-group": "v6e-4x4"}},
         "management": {"auto_repair": True, "auto_upgrade": True},
     })
     pool = dev.resources("google_container_node_pool")
@@ -94,10 +98,26 @@ def test_every_planned_pool_is_synthesized_and_nothing_else(stacks):
             if plan.autoscaled:
                 assert (pool["autoscaling"]["min_node_count"], pool["autoscaling"]["max_node_count"]) == (plan.min_nodes, plan.max_nodes)
             else:
+                # node_count only: the provider refuses both counts on one pool (expandNodePool).
                 assert pool["node_count"] == plan.initial_nodes and "autoscaling" not in pool
+                assert "initial_node_count" not in pool
 
 
-def test_prod_capacity_maps_to_spot_reservation_and_flex_start(stacks):
+def test_prod_is_regional_with_each_group_in_a_zone_that_offers_it(stacks):
+    prod = stacks["prod"]
+    has(prod, "google_container_cluster", {"location": "us-central1", "node_locations": ["us-central1-b"],
+                                           "min_master_version": "1.35"})
+    zones = {p["name"]: (p["location"], p["node_locations"]) for p in prod.resources("google_container_node_pool").values()}
+    assert zones == {
+        "cpu": ("us-central1", ["us-central1-b"]),
+        "v6e-multislice-0": ("us-central1", ["us-central1-b"]),  # v6e: us-central1-b
+        "v6e-multislice-1": ("us-central1", ["us-central1-b"]),
+        "ironwood-0": ("us-central1", ["us-central1-c"]),  # TPU7x: us-central1-c
+        "v5e-serving": ("us-central1", ["us-central1-a"]),  # v5e: us-central1-a
+    }
+
+
+def test_prod_capacity_maps_to_spot_and_reservation(stacks):
     prod = stacks["prod"]
     has(prod, "google_container_node_pool", {"name": "v6e-multislice-1", "node_config": {"spot": True}})
     has(prod, "google_container_node_pool", {
@@ -109,11 +129,10 @@ def test_prod_capacity_maps_to_spot_reservation_and_flex_start(stacks):
             "values": ["ironwood-res"],
         }},
     })
-    has(prod, "google_container_node_pool", {
-        "name": "v5e-serving",
-        "node_config": {"machine_type": "ct5lp-hightpu-8t", "flex_start": True,
-                        "reservation_affinity": {"consume_reservation_type": "NO_RESERVATION"}},
-    })
+    ironwood = next(p for p in prod.resources("google_container_node_pool").values() if p["name"] == "ironwood-0")
+    assert "initial_node_count" not in ironwood  # fixed: node_count alone
+    assert ironwood["node_config"]["disk_type"] == "hyperdisk-balanced"
+    has(prod, "google_container_node_pool", {"name": "v5e-serving", "node_config": {"machine_type": "ct5lp-hightpu-8t"}})
     v5e = next(p for p in prod.resources("google_container_node_pool").values() if p["name"] == "v5e-serving")
     assert "placement_policy" not in v5e  # single-host slices need no placement
 
@@ -155,14 +174,16 @@ def test_ray_pods_identity_and_bucket(stacks):
 
 
 def test_state_backend_local_relative_or_gcs(stacks):
-    assert stacks["dev"].json["terraform"]["backend"] == {"local": {"path": "../../../terraform.ray-tpu-dev.tfstate"}}
+    assert stacks["autopilot"].json["terraform"]["backend"] == {"local": {"path": "../../../terraform.ray-tpu-autopilot.tfstate"}}
+    # dev shares its state with Cloud Build (the default pipeline deploys it).
+    assert stacks["dev"].json["terraform"]["backend"] == {"gcs": {"bucket": "my-gcp-project-tfstate", "prefix": "ray-tpu-gke/ray-tpu-dev"}}
     assert stacks["prod"].json["terraform"]["backend"] == {"gcs": {"bucket": "my-gcp-project-tfstate", "prefix": "ray-tpu-gke/ray-tpu-prod"}}
 
 
 def test_outputs(stacks):
     outputs = stacks["dev"].json["output"]
     assert outputs["get_credentials"]["value"] == (
-        "gcloud container clusters get-credentials ray-tpu-dev --location us-east5-b --project my-gcp-project"
+        "gcloud container clusters get-credentials ray-tpu-dev --location us-east5-b --project my-gcp-project --dns-endpoint"
     )
     assert outputs["cluster_location"]["value"] == "us-east5-b"
     assert outputs["bucket"]["value"].startswith("gs://")

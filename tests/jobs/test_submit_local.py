@@ -3,6 +3,7 @@ takes to GKE, minus the port-forward): a whole slice succeeds, a failing job exi
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -13,7 +14,8 @@ import yaml
 
 from infra import catalog
 from jobs import local
-from jobs.submit import REPO
+from infra.config import load_environment
+from jobs.submit import REPO, runtime_env
 
 SHAPE = catalog.shape("v6e", "2x2")  # one 4-chip host: the smallest real slice, quick to start
 
@@ -59,3 +61,19 @@ def test_failing_job_exits_one(cluster, env_file):
     proc = submit(cluster, env_file, "--slices", "2", "--reserve-timeout", "1")
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "job failed" in proc.stdout and "could not reserve 2 x v6e 2x2" in proc.stdout
+
+
+def test_make_submit_with_the_environments_own_runtime_env(cluster):
+    # The laptop path, as users run it against GKE (`make submit JOB=healthcheck ENV=dev`), pointed
+    # at the simulation with RAY_ADDRESS: dev's own runtime env goes up unchanged (the TPU image
+    # carries JAX, so it installs nothing), and only the slice shape is overridden to the simulated 2x2.
+    env = load_environment("dev")
+    assert "pip" not in runtime_env(env, {})  # offline-safe: no wheel index, no find-links URL
+    proc = subprocess.run(
+        ["make", "--no-print-directory", "submit", "JOB=healthcheck", "ENV=dev",
+         "ARGS=--topology 2x2 --reserve-timeout 120"],
+        cwd=REPO, capture_output=True, text=True, timeout=400,
+        env={**os.environ, "RAY_ADDRESS": cluster.dashboard_url},
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "job succeeded" in proc.stdout and "--env dev" in proc.stdout
