@@ -19,7 +19,7 @@ from infra.manifests.raycluster import cluster_slices, manifests
 from infra.node_pools import tpu_pool_plans
 
 
-class _PlainDumper(yaml.SafeDumper):
+class _PlainDumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # libyaml's emitter where installed: ~10x faster
     """No `&id001` anchors: kubectl users read these manifests."""
 
     def ignore_aliases(self, data: object) -> bool:
