@@ -101,7 +101,7 @@ def train_worker_pids() -> list[int]:
 def test_a_wedged_worker_is_a_hang_and_the_run_resumes_on_a_whole_slice(sim, tmp_path):
     # The bound covers the first step's compile too: 20 s was too tight for four processes compiling
     # at once on a busy 2-core machine (seen: attempt 1 declared hung at 'first batch in').
-    steps, timeout = 30, 40
+    steps, timeout = 30, 60
     argv = [
         *("--generation", "v6e", "--topology", "4x4", "--name", "hang", "--storage", str(tmp_path)),
         *("--steps", str(steps), "--checkpoint-every", str(EVERY), "--reserve-timeout", "120"),
