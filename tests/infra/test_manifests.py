@@ -148,3 +148,24 @@ def test_no_secrets_and_no_public_dashboard(env_name):
     text = yaml.safe_dump_all(docs)
     for marker in ("private_key", "BEGIN PRIVATE", "token:", "password"):
         assert marker not in text
+
+
+@pytest.mark.parametrize("env_name", environment_names())
+def test_applied_together_no_worker_group_waits_for_a_slice_another_holds(env_name):
+    # What `make apply-manifests` applies: every worker group of every Ray cluster printed, and the
+    # slices they may hold at most, per slice group (the pools' label they select).
+    proc = subprocess.run([sys.executable, "-m", "infra", "manifests", "--env", env_name], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    wanted: dict[str, int] = {}
+    names = []
+    for doc in yaml.safe_load_all(proc.stdout):
+        spec = doc["spec"]["rayClusterConfig"] if doc["kind"] == "RayService" else doc["spec"] if doc["kind"] == "RayCluster" else None
+        for group in (spec or {}).get("workerGroupSpecs", []):
+            names.append(group["groupName"])
+            slice_group = group["template"]["metadata"]["labels"]["ray-tpu-gke/slice-group"]
+            wanted[slice_group] = wanted.get(slice_group, 0) + group["maxReplicas"]
+    env = load_environment(env_name)
+    for name, slices in wanted.items():
+        assert slices <= env.slice_group(name).slices, f"{env_name}: {name} is promised {slices} slices, has {env.slice_group(name).slices}"
+    # The Ray TPU webhook pairs a multi-host replica's pods by worker group name: never one name twice.
+    assert len(names) == len(set(names)), names
