@@ -4,9 +4,9 @@ worker group per slice group (less the slices the RayService holds: `cluster_sli
 Per worker group: `numOfHosts` = hosts per slice (pods per replica), `replicas` = slices, and every
 pod asks for `google.com/tpu` = chips per host, plus CPU and memory that fit the machine
 (`SliceGroup.requests`). On Standard, pods select their own group's pools by the pools' node label
-`ray-tpu-gke/slice-group`, so two groups of one shape never take each other's nodes. The Ray TPU webhook rejects a group unless
-numOfHosts == max(topology chips / google.com/tpu per pod, 1); that holds by construction, since
-both come from the same catalog shape.
+`ray-tpu-gke/slice-group`, so two groups of one shape never take each other's nodes. The Ray TPU
+webhook rejects a group unless numOfHosts == max(topology chips / google.com/tpu per pod, 1); that
+holds by construction, since both come from the same catalog shape.
 
 Applied with `python -m infra manifests --env dev | kubectl apply -f -` (a pipeline step), not by
 Terraform: a kubernetes-provider stack would need cluster credentials at plan time and would tie a
