@@ -30,7 +30,6 @@ from pydantic import (
 )
 
 from infra import catalog, rules
-from infra.platform_facts import TPU_ZONES
 
 ENVIRONMENTS_DIR = Path(__file__).parent / "environments"
 
@@ -414,10 +413,15 @@ class Environment(_Strict):
     def group_zone(self, group: SliceGroup) -> str:
         return group.zone or self.zone
 
+    @cached_property
+    def platform_findings(self) -> tuple[list[str], list[str]]:
+        """(errors, warnings) of the platform rules, computed once per environment."""
+        return platform_problems(self)
+
     @property
     def warnings(self) -> list[str]:
         """What the platform rules accepted only because the config said so, one line each."""
-        return platform_problems(self)[1]
+        return self.platform_findings[1]
 
     @property
     def ray_cluster_name(self) -> str:
@@ -476,7 +480,7 @@ def parse_environment(data: dict[str, Any], source: str = "config") -> Environme
         env = Environment.model_validate(data)
     except ValidationError as err:
         raise ConfigError(source, _problems(err)) from None
-    errors, _ = platform_problems(env)
+    errors, _ = env.platform_findings
     if errors:
         raise ConfigError(source, errors)
     return env
@@ -495,17 +499,17 @@ def platform_problems(env: Environment) -> tuple[list[str], list[str]]:
                 errors.append(f"{zone_field}: {problem}")
         elif not zone.startswith(env.region + "-"):
             errors.append(f"{zone_field}: zone {zone} is not in region {env.region}")
-        if problem := rules.zone_offers(group.generation, zone, group.capacity_kind):
-            unsupported = group.capacity_kind == "flex-start" and TPU_ZONES[group.generation].flex_start is None
-            if group.unlisted_zone_ok and not unsupported:
+        if problem := rules.capacity_offered(group.generation, group.capacity_kind):
+            errors.append(f"{at}.capacity: {problem}")
+        elif problem := rules.zone_offers(group.generation, zone, group.capacity_kind):
+            if group.unlisted_zone_ok:
                 warnings.append(f"{zone_field}: {problem}; accepted because {at}.unlisted_zone_ok is true")
             else:
                 errors.append(f"{zone_field}: {problem}; if Google has added it since, set {at}.unlisted_zone_ok: true")
         if problem := rules.ray_knows(group.generation, group.topology):
             warnings.append(f"{at}.topology: {problem}")
         cpu, memory = group.requests
-        for problem in rules.requests_fit(group.shape.machine_type, cpu, memory):
-            field = "pod_cpu" if problem.startswith("pod_cpu") else "pod_memory"
+        for field, problem in rules.requests_fit(group.shape.machine_type, cpu, memory).items():
             errors.append(f"{at}.{field}: {problem}")
     features = rules.required_versions(
         env.mode, {g.generation for g in env.slice_groups}, {g.capacity_kind for g in env.slice_groups}

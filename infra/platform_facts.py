@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import Decimal
 
+from infra.catalog import GB, GiB
+
 READ_ON = "2026-12-03"
-GB = 10**9
-GiB = 2**30
 MiB = 2**20
 
 
@@ -40,14 +40,6 @@ ALLOCATABLE_PAGE = Source(
     "https://cloud.google.com/kubernetes-engine/docs/concepts/plan-node-sizes#memory_and_cpu_reservations",
 )
 IRONWOOD_PAGE = Source('GKE "About Ironwood (TPU7x) in GKE"', "https://cloud.google.com/kubernetes-engine/docs/concepts/tpu-ironwood")
-RAY_ADDON_PAGE = Source(
-    'GKE "Enable the Ray Operator on GKE"',
-    "https://cloud.google.com/kubernetes-engine/docs/add-on/ray-on-gke/how-to/enable-ray-on-gke",
-)
-CLUSTER_TOOLKIT_TPU = Source(
-    "GoogleCloudPlatform/cluster-toolkit examples/gke-tpu-7x and gke-tpu-v6e blueprints (disk_type)",
-    "https://github.com/GoogleCloudPlatform/cluster-toolkit/tree/1047080375afbb44da4b596be314634e7486af4a/examples",
-)
 
 
 @dataclass(frozen=True)
@@ -93,12 +85,12 @@ class MachineSize:
     def allocatable_cpu(self) -> Decimal:
         """Cores left for pods after GKE's CPU reservation (6% of the first core, 1% of the next,
         0.5% of the next 2, 0.25% of any above 4)."""
+        total = Decimal(self.vcpus)
         reserved = Decimal(0)
-        for upto, share in ((1, "0.06"), (2, "0.01"), (4, "0.005"), (None, "0.0025")):
-            lower = {1: 0, 2: 1, 4: 2, None: 4}[upto]
-            cores = max(0, min(self.vcpus, upto if upto else self.vcpus) - lower)
-            reserved += cores * Decimal(share)
-        return Decimal(self.vcpus) - reserved
+        for low, high, share in ((0, 1, "0.06"), (1, 2, "0.01"), (2, 4, "0.005"), (4, None, "0.0025")):
+            upper = total if high is None else min(total, Decimal(high))
+            reserved += max(Decimal(0), upper - low) * Decimal(share)
+        return total - reserved
 
     @property
     def allocatable_memory(self) -> int:
@@ -113,6 +105,9 @@ class MachineSize:
         return int(total - reserved - 100 * MiB)
 
 
+# Source: MACHINE_TYPES. ct4p-hightpu-4t and tpu7x-standard-1t come only from a
+# `gcloud compute machine-types list` dump (Cyclenerd/google-cloud-pricing-cost-calculator
+# tools/machinetypes.csv); the rest also from Cloud TPU's per-generation pages.
 MACHINES: dict[str, MachineSize] = {
     m.machine_type: m
     for m in (
@@ -148,7 +143,6 @@ MIN_VERSIONS: dict[str, MinVersion] = {
         MinVersion("tpu7x on Autopilot", "1.34.1-gke.3084001", IRONWOOD_PAGE),
         # "To run TPUs, use GKE version 1.33.0-gke.1712000 or later."
         MinVersion("flex-start TPUs", "1.33.0-gke.1712000", FLEX_START_PAGE),
-        MinVersion("the Ray Operator add-on", "1.30.0-gke.1747000", RAY_ADDON_PAGE),
     )
 }
 

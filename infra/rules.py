@@ -15,6 +15,7 @@ from infra.platform_facts import (
     ALLOCATABLE_PAGE,
     DEFAULT_POD_SHARE,
     FLEX_START_PAGE,
+    MACHINE_TYPES,
     MACHINES,
     MIN_VERSIONS,
     RAY_TPU_TOPOLOGIES,
@@ -33,12 +34,19 @@ QUEUED_PROVISIONING = (
 )
 
 
+def capacity_offered(generation: str, capacity: str) -> str | None:
+    """Flex-start exists only for some generations (no zone can change that)."""
+    if capacity == "flex-start" and TPU_ZONES[generation].flex_start is None:
+        return f"flex-start does not support {generation} TPUs (source: {FLEX_START_PAGE.cite()})"
+    return None
+
+
 def zone_offers(generation: str, zone: str, capacity: str) -> str | None:
     """The zone must offer the generation (and flex-start there, for flex-start capacity)."""
+    if problem := capacity_offered(generation, capacity):
+        return problem
     facts = TPU_ZONES[generation]
-    if capacity == "flex-start":
-        if facts.flex_start is None:
-            return f"flex-start does not support {generation} TPUs (source: {FLEX_START_PAGE.cite()})"
+    if capacity == "flex-start" and facts.flex_start is not None:
         if zone not in facts.flex_start:
             listed = ", ".join(facts.flex_start) or "none"
             return (f"zone {zone} does not offer {generation} on flex-start; zones that do: {listed} "
@@ -69,21 +77,23 @@ def zone_in_cluster(cluster_type: str, cluster_zone: str, region: str, zone: str
     return None
 
 
-def requests_fit(machine_type: str, cpu: str, memory: str) -> list[str]:
-    """A pod's requests must fit the machine's allocatable CPU and memory, or it never schedules."""
+def requests_fit(machine_type: str, cpu: str, memory: str) -> dict[str, str]:
+    """A pod's requests must fit the machine's allocatable CPU and memory, or it never schedules.
+    {field: problem} for `pod_cpu` and `pod_memory`; empty when both fit."""
     machine = MACHINES[machine_type]
-    problems = []
+    sources = f"sources: {ALLOCATABLE_PAGE.cite()}; {MACHINE_TYPES.cite()}"
+    problems = {}
     if quantity.parse(cpu) > machine.allocatable_cpu:
-        problems.append(
+        problems["pod_cpu"] = (
             f"pod_cpu {cpu} is more than a {machine_type} node can give a pod "
             f"({machine.allocatable_cpu:.2f} of its {machine.vcpus} vCPUs are allocatable); "
-            f"use at most {quantity.cpu(int(machine.allocatable_cpu))} (source: {ALLOCATABLE_PAGE.cite()})"
+            f"use at most {quantity.cpu(int(machine.allocatable_cpu))} ({sources})"
         )
     if quantity.parse(memory) > machine.allocatable_memory:
-        problems.append(
+        problems["pod_memory"] = (
             f"pod_memory {memory} is more than a {machine_type} node can give a pod "
             f"({machine.allocatable_memory / 2**30:.1f}Gi of its {machine.memory_gb} GB are allocatable); "
-            f"use at most {quantity.memory(machine.allocatable_memory)} (source: {ALLOCATABLE_PAGE.cite()})"
+            f"use at most {quantity.memory(machine.allocatable_memory)} ({sources})"
         )
     return problems
 
@@ -98,8 +108,9 @@ def default_requests(machine_type: str) -> tuple[str, str]:
 
 
 def required_versions(mode: str, generations: set[str], capacities: set[str]) -> list[str]:
-    """The features (keys of MIN_VERSIONS) an environment uses."""
-    features = ["the Ray Operator add-on"]
+    """The features (keys of MIN_VERSIONS) an environment uses that need a newer GKE than some
+    release channels still offer."""
+    features = []
     if "tpu7x" in generations:
         features.append("tpu7x on Autopilot" if mode == "autopilot" else "tpu7x on Standard")
     if "flex-start" in capacities:
@@ -110,9 +121,9 @@ def required_versions(mode: str, generations: set[str], capacities: set[str]) ->
 def version_covers(gke_min_version: str | None, features: list[str]) -> str | None:
     """A feature newer than what every GKE version runs needs `gke_min_version` at least its minimum:
     otherwise GKE may create the cluster on an older version, where the pools fail to create."""
+    if not features:
+        return None
     needed = max((MIN_VERSIONS[f] for f in features), key=lambda v: version_key(v.version))
-    if version_key(needed.version) <= version_key(MIN_VERSIONS["the Ray Operator add-on"].version):
-        return None  # every release channel is past the add-on's minimum
     if gke_min_version is not None and version_key(gke_min_version) >= version_key(needed.version):
         return None
     have = f"gke_min_version {gke_min_version}" if gke_min_version else "no gke_min_version"

@@ -84,7 +84,7 @@ def mounted_path(gs_uri: str, bucket_mount: str) -> str:
 
 def tpu_placement(shape: catalog.SliceShape) -> dict[str, Any]:
     """The LLMConfig fields that put one replica on one whole slice of `shape`."""
-    if shape.multi_host and shape.chips <= 8 and shape.generation.name in ("v5e", "v6e"):
+    if shape.multi_host and shape.chips <= 8 and 8 in shape.generation.single_host_chips_per_host:
         # Ray (ray._private.accelerators.tpu.get_chips_per_host) takes v5e/v6e shapes of up to 8
         # chips for single-host ones, so it would ask for one 8-chip bundle that no 4-chip host has.
         raise ServeConfigError(

@@ -30,8 +30,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from infra import names
 from infra.config import ConfigError, Environment, environment_names, load_environment
+from infra.names import credentials_command
 from jobs.cli import JobArgumentParser, positive_seconds
 
 REPO = Path(__file__).resolve().parents[1]
@@ -66,10 +66,6 @@ class JobTimedOut(TimeoutError):
     def __init__(self, message: str, logs: str = ""):
         super().__init__(message)
         self.logs = logs
-
-
-def credentials_command(env: Environment) -> list[str]:
-    return names.credentials_command(env)
 
 
 def shape_args(env: Environment) -> list[str]:

@@ -31,6 +31,8 @@ def test_flex_start_has_its_own_shorter_zone_list():
     assert rules.zone_offers("v5e", "us-west4-a", "flex-start") is None
     assert "does not offer v5e on flex-start; zones that do: us-west4-a" in rules.zone_offers("v5e", "us-central1-a", "flex-start")
     assert "flex-start does not support v4" in rules.zone_offers("v4", "us-central2-b", "flex-start")
+    assert "flex-start does not support v4" in rules.capacity_offered("v4", "flex-start")
+    assert rules.capacity_offered("v4", "spot") is None and rules.capacity_offered("v6e", "flex-start") is None
 
 
 def test_a_zonal_cluster_keeps_every_pool_in_its_zone():
@@ -53,18 +55,19 @@ def test_allocatable_follows_gkes_reservation_tiers():
 
 
 def test_pod_requests_must_fit_the_machine():
-    assert rules.requests_fit("ct5lp-hightpu-4t", "100", "150Gi") == []
+    assert rules.requests_fit("ct5lp-hightpu-4t", "100", "150Gi") == {}
     # The old default (24 CPU / 200G per pod) fits neither v5e machine of the issue.
     problems = rules.requests_fit("ct5lp-hightpu-1t", "24", "200G")
-    assert len(problems) == 2 and "pod_cpu 24 is more than a ct5lp-hightpu-1t node" in problems[0]
-    assert "use at most 40Gi" in problems[1] and "plan-node-sizes" in problems[1]
-    assert len(rules.requests_fit("ct5lp-hightpu-4t", "24", "200G")) == 1  # 192 GB of memory
+    assert set(problems) == {"pod_cpu", "pod_memory"}
+    assert "pod_cpu 24 is more than a ct5lp-hightpu-1t node" in problems["pod_cpu"]
+    assert "use at most 40Gi" in problems["pod_memory"] and "plan-node-sizes" in problems["pod_memory"]
+    assert set(rules.requests_fit("ct5lp-hightpu-4t", "24", "200G")) == {"pod_memory"}  # 192 GB of memory
 
 
 def test_default_requests_always_fit():
     for machine in MACHINES:
         cpu, memory = rules.default_requests(machine)
-        assert rules.requests_fit(machine, cpu, memory) == [], machine
+        assert rules.requests_fit(machine, cpu, memory) == {}, machine
 
 
 # GKE Ironwood page: "GKE Standard clusters that run version 1.34.0-gke.2201000 and later, and in
@@ -142,6 +145,11 @@ def test_config_errors_name_the_field_and_the_valid_choices():
     assert "use capacity: flex-start" in line
     (line,) = problems(group={"capacity": "flex-start"})
     assert line.startswith("gke_min_version: flex-start TPUs needs GKE 1.33.0-gke.1712000")
+    # No zone can make flex-start exist for v4, so no zone override is offered for it.
+    lines = problems(group={"generation": "v4", "topology": "2x2x1", "capacity": "flex-start", "unlisted_zone_ok": True},
+                     region="us-central2", zone="us-central2-b", gke_min_version="1.35")
+    assert lines == [lines[0]] and lines[0].startswith("slice_groups[0].capacity: flex-start does not support v4")
+    assert "unlisted_zone_ok" not in lines[0]
 
 
 def test_an_unlisted_zone_is_accepted_on_request_with_a_warning():
