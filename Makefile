@@ -21,7 +21,7 @@ unexport TF_CLI_CONFIG_FILE
 SETUP_STAMPS := $(VENV)/.installed .venv-checkov/.installed node_modules/.installed
 
 .PHONY: serve-setup serve-demo serve-smoke serve-deploy
-.PHONY: help setup demo test test-fast synth plan deploy deploy-ci destroy manifests show checkov bench clean \
+.PHONY: help setup lint demo test test-fast test-slow test-all synth plan deploy deploy-ci destroy manifests show checkov bench clean \
 	credentials apply-manifests submit smoke doctor state-bucket
 
 help: ## list the targets
@@ -50,13 +50,22 @@ serve-setup: ## create .venv-serve (Ray Serve LLM + vLLM on CPU, ~4 GB; idempote
 demo: setup ## bring up a simulated v6e 4x4 slice, run healthcheck + train through the Ray Jobs API, tear down
 	$(PY) -m jobs.demo
 
-test: setup serve-setup ## run the whole test suite
-	$(PY) -m pytest
+lint: setup ## ruff (lint + format check) and mypy on infra/ and jobs/ (config: pyproject.toml)
+	$(VENV)/bin/ruff check infra jobs tests bench
+	$(VENV)/bin/ruff format --check infra jobs tests bench
+	$(VENV)/bin/mypy
 
-test-fast: setup ## the tests that need no synth, no Ray cluster and no vLLM (about a minute)
-	$(PY) -m pytest -m "not synth" tests/infra tests/test_bad_input.py tests/jobs/test_cli.py tests/jobs/test_submit_cli.py \
-		tests/jobs/test_submit_bounds.py tests/jobs/test_checkpoints.py $(wildcard tests/jobs/test_*_pure.py) \
-		tests/serving/test_serve_config.py tests/serving/test_rayservice.py
+test: setup serve-setup lint ## lint, then every test but the slow ones (about 12 minutes on 2 cores)
+	$(PY) -m pytest -m "not slow"
+
+test-fast: setup ## the tests that need no synth, no Ray cluster and no vLLM (a few minutes)
+	$(PY) -m pytest -m "not synth and not cluster and not vllm and not slow"
+
+test-slow: setup ## the slow tests alone: whole training runs with a host killed or wedged (about 7 minutes)
+	$(PY) -m pytest -m slow
+
+test-all: setup serve-setup lint ## lint, then every test
+	$(PY) -m pytest
 
 CDKTF_OUT ?= cdktf.out
 synth: setup ## synthesize every environment's stack into cdktf.out/ (CDKTF_OUT=dir to move it)

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -38,16 +37,17 @@ MATMUL_SIZE = 512  # per device: [512, 512] @ [512, 512]
 
 def bare_process(process_id: int, num_processes: int, port: int, argv: list[str]) -> None:
     """One process of the baseline launch: join, build the same model, enter the first step."""
-    from jobs import train  # after the env is set: JAX reads it at import
-
     import jax
     import numpy as np
 
-    jax.distributed.initialize(f"127.0.0.1:{port}", num_processes, process_id, initialization_timeout=300)
-    from jobs.data import synthetic_tokens
+    from jobs.train import config as train_config  # after the env is set: JAX reads it at import
+    from jobs.train import state as train_state
 
-    _, config, *_ = train.parse_config(["--generation", argv[0], "--topology", argv[1], "--storage", "/unused", *MODEL_FLAGS])
-    state = train._State(config)
+    jax.distributed.initialize(f"127.0.0.1:{port}", num_processes, process_id, initialization_timeout=300)
+    from jobs.train.data import synthetic_tokens
+
+    _, config, *_ = train_config.parse_config(["--generation", argv[0], "--topology", argv[1], "--storage", "/unused", *MODEL_FLAGS])
+    state = train_state.ShardedState(config)
     cfg = state.cfg
     local = config.global_batch // num_processes
     rows = np.arange(process_id * local, (process_id + 1) * local)
@@ -58,17 +58,12 @@ def bare_process(process_id: int, num_processes: int, port: int, argv: list[str]
     jax.distributed.shutdown()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def bare_launch(shape, timeout_s: float = 600) -> float:
     """Seconds from spawning one process per host to the last one entering its first step."""
     from jobs.local import cpu_jax_env
+    from jobs.runtime.net import free_port
 
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, **cpu_jax_env(shape), "PYTHONPATH": str(REPO_ROOT)}
     started = time.time()
     procs = [
@@ -104,11 +99,10 @@ def wait_chips_free(shape, timeout_s: float = 10) -> None:
 
 
 def placement_times(shape, reps: int) -> dict[str, float]:
-    import ray
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.tpu import slice_placement_group
 
-    from jobs.slices import reserve_slices
+    from jobs.runtime.reservation import reserve_slices
 
     ours, raw, ray_own = [], [], []
     bundles = [{"CPU": 1, "TPU": shape.chips_per_host}] * shape.hosts
@@ -134,7 +128,8 @@ def placement_times(shape, reps: int) -> dict[str, float]:
 def submit_train(cluster, shape, steps: int, timeout_s: float) -> tuple[float, dict]:
     from ray.job_submission import JobSubmissionClient
 
-    from jobs.demo import job_runtime_env, result_line
+    from jobs.cli import parse_result
+    from jobs.demo import job_runtime_env
 
     client = JobSubmissionClient(cluster.dashboard_url)
     entrypoint = " ".join(
@@ -155,7 +150,7 @@ def submit_train(cluster, shape, steps: int, timeout_s: float) -> tuple[float, d
             raise TimeoutError(f"the training job did not finish within {timeout_s:.0f}s")
         time.sleep(0.5)
     logs = client.get_job_logs(job)
-    result = result_line(logs, "TRAIN")
+    result = parse_result(logs, "TRAIN")
     if result is None:
         raise RuntimeError(f"the training job failed:\n{logs[-3000:]}")
     return submitted, result
@@ -201,10 +196,37 @@ def main(argv: list[str] | None = None) -> int:
         print("[bench] stopping the simulated cluster", flush=True)
         local.down(args.state_dir)
 
-    rows.append(("submit -> every host in step 1 (s)", ours_first_step, bare_first_step, ours_first_step / bare_first_step, "<= 1.5x", ours_first_step / bare_first_step <= 1.5))
+    rows.append(
+        (
+            "submit -> every host in step 1 (s)",
+            ours_first_step,
+            bare_first_step,
+            ours_first_step / bare_first_step,
+            "<= 1.5x",
+            ours_first_step / bare_first_step <= 1.5,
+        )
+    )
     step_flops, matmul_flops = result["flops_per_s"], result["matmul_flops_per_s"]
-    rows.append(("train step vs dense matmul (GFLOP/s)", step_flops / 1e9, matmul_flops / 1e9, step_flops / matmul_flops, ">= 0.7x", step_flops / matmul_flops >= 0.7))
-    rows.append(("reserve_slices ready vs raw PG (ms)", pg["ours"] * 1e3, pg["raw"] * 1e3, pg["ours"] / pg["raw"], "<= 1.5x", pg["ours"] / pg["raw"] <= 1.5))
+    rows.append(
+        (
+            "train step vs dense matmul (GFLOP/s)",
+            step_flops / 1e9,
+            matmul_flops / 1e9,
+            step_flops / matmul_flops,
+            ">= 0.7x",
+            step_flops / matmul_flops >= 0.7,
+        )
+    )
+    rows.append(
+        (
+            "reserve_slices ready vs raw PG (ms)",
+            pg["ours"] * 1e3,
+            pg["raw"] * 1e3,
+            pg["ours"] / pg["raw"],
+            "<= 1.5x",
+            pg["ours"] / pg["raw"] <= 1.5,
+        )
+    )
 
     print()
     print(f"jobs benchmark on a simulated {shape} (JAX on CPU, {os.cpu_count()} cores)")

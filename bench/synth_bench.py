@@ -2,7 +2,7 @@
 cannot avoid, measured in the same run, each in a fresh process.
 
   baseline: python -c "import cdktf_cdktf_provider_google.container_cluster"
-  ours:     build and synth the dev stack (infra.app) into a temp dir
+  ours:     build and synth the dev stack (infra.cdk.app) into a temp dir
 
 Peak memory is the largest sum of RSS over the process and its children (jsii runs a node
 process beside Python), sampled every 20 ms with psutil. Target: <= 1.15x for both.
@@ -25,7 +25,7 @@ TARGET = 1.15
 BASELINE = "import cdktf_cdktf_provider_google.container_cluster"
 OURS = (
     "import sys\n"
-    "from infra.app import build_app\n"
+    "from infra.cdk.app import build_app\n"
     "from infra.config import load_environment\n"
     "build_app([load_environment('dev')], sys.argv[1]).synth()\n"
 )

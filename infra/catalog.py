@@ -1,8 +1,8 @@
 """The TPU catalog: every slice shape GKE offers, as data.
 
 Everything else (node pools, the RayCluster, the jobs' defaults and MFU) is derived from this table,
-so it is the one place to fix when Google adds a shape. Pure Python, no dependencies: the jobs import
-it on the Ray cluster too.
+so it is the one place to fix when Google adds a shape. Pure Python, no dependencies: the jobs use it
+on the Ray cluster too.
 
 Vocabulary: a *host* is one VM = one GKE node = one KubeRay pod (`numOfHosts` counts them). Google's
 per-generation pages sometimes count 8-chip physical hosts instead; we never do.
@@ -76,8 +76,10 @@ class Generation:
         if self.cubes is None:
             return ", ".join(self.listed_topologies)
         order = "A<=B<=C, " if self.cubes.nondecreasing else ""
-        return (f"{', '.join(self.listed_topologies)}, or AxBxC ({order}each a multiple of 4 up to 256, "
-                f"at most {self.cubes.max_cubes} cubes of 4x4x4 chips)")
+        return (
+            f"{', '.join(self.listed_topologies)}, or AxBxC ({order}each a multiple of 4 up to 256, "
+            f"at most {self.cubes.max_cubes} cubes of 4x4x4 chips)"
+        )
 
     @property
     def ray_accelerator_type(self) -> str:
@@ -256,9 +258,7 @@ def generation(name: str) -> Generation:
     try:
         return _GENERATIONS_BY_NAME[str(name).strip().lower()]
     except KeyError:
-        raise CatalogError(
-            f"unknown TPU generation {name!r}; valid generations: {', '.join(GENERATION_NAMES)}"
-        ) from None
+        raise CatalogError(f"unknown TPU generation {name!r}; valid generations: {', '.join(GENERATION_NAMES)}") from None
 
 
 def shape(gen: str | Generation, topology: str, chips_per_host: int | None = None) -> SliceShape:
@@ -274,15 +274,12 @@ def shape(gen: str | Generation, topology: str, chips_per_host: int | None = Non
     options = g.chips_per_host_options(topo)
     if chips_per_host is None:
         if len(options) > 1:
-            choices = " or ".join(
-                f"chips_per_host={c} ({topology_chips(topo) // c} x {g.machine_type(c)})" for c in options
-            )
+            choices = " or ".join(f"chips_per_host={c} ({topology_chips(topo) // c} x {g.machine_type(c)})" for c in options)
             raise CatalogError(f"{g.name} {topo} is ambiguous: choose {choices}")
         chips_per_host = options[0]
     elif chips_per_host not in options:
         raise CatalogError(
-            f"{g.name} {topo} cannot be built from {chips_per_host}-chip hosts; "
-            f"valid chips_per_host: {', '.join(map(str, options))}"
+            f"{g.name} {topo} cannot be built from {chips_per_host}-chip hosts; valid chips_per_host: {', '.join(map(str, options))}"
         )
     return SliceShape(g, topo, chips_per_host)
 
@@ -290,9 +287,7 @@ def shape(gen: str | Generation, topology: str, chips_per_host: int | None = Non
 def shapes(gen: str | Generation | None = None) -> list[SliceShape]:
     """Every offered shape (both cuts of an ambiguous topology), optionally of one generation."""
     gens = GENERATIONS if gen is None else (gen if isinstance(gen, Generation) else generation(gen),)
-    return [
-        SliceShape(g, topo, c) for g in gens for topo in g.topologies for c in g.chips_per_host_options(topo)
-    ]
+    return [SliceShape(g, topo, c) for g in gens for topo in g.topologies for c in g.chips_per_host_options(topo)]
 
 
 def shape_for_pod_type(pod_type: str) -> SliceShape:
@@ -303,7 +298,4 @@ def shape_for_pod_type(pod_type: str) -> SliceShape:
     for s in sorted(shapes(g), key=lambda s: -s.chips_per_host):
         if s.pod_type == f"{g.ray_version}-{cores}":
             return s
-    raise CatalogError(
-        f"unknown TPU pod type {pod_type!r}; valid for {g.name}: "
-        f"{', '.join(dict.fromkeys(s.pod_type for s in shapes(g)))}"
-    )
+    raise CatalogError(f"unknown TPU pod type {pod_type!r}; valid for {g.name}: {', '.join(dict.fromkeys(s.pod_type for s in shapes(g)))}")

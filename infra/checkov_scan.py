@@ -44,8 +44,17 @@ class ScanResult:
 def scan_stack(stack_dir: Path, env: Environment, checkov: str = ".venv-checkov/bin/checkov", timeout_s: float = 300) -> ScanResult:
     """Run checkov on one synthesized stack with that environment's justified skips."""
     cmd = [
-        checkov, "-f", str(stack_dir / "cdk.tf.json"), "--framework", "terraform_json",
-        "--skip-check", ",".join(skips_for(env)), "--output", "json", "--quiet", "--compact",
+        checkov,
+        "-f",
+        str(stack_dir / "cdk.tf.json"),
+        "--framework",
+        "terraform_json",
+        "--skip-check",
+        ",".join(skips_for(env)),
+        "--output",
+        "json",
+        "--quiet",
+        "--compact",
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
     if proc.returncode not in (0, 1) or not proc.stdout.strip():

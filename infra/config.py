@@ -96,7 +96,7 @@ class Reservation(_Strict):
 # provisioned when pods ask (no reservation); `{reservation: NAME}`: a specific reservation.
 # (`queued-provisioning` is refused with its reason: infra.rules.QUEUED_PROVISIONING.)
 CapacityKind = Literal["on-demand", "spot", "flex-start"]
-Capacity = Union[CapacityKind, Reservation]
+Capacity = CapacityKind | Reservation
 FLEX_CAPACITY = ("flex-start",)
 
 
@@ -139,16 +139,14 @@ class SliceGroup(_Strict):
         if "generation" in info.data:  # else the generation's own error already says why
             gen = catalog.generation(info.data["generation"])
             if topology not in gen.topologies:
-                raise ValueError(
-                    f"{value!r} is not offered for {gen.name}; valid topologies: {', '.join(gen.topologies)}"
-                )
+                raise ValueError(f"{value!r} is not offered for {gen.name}; valid topologies: {', '.join(gen.topologies)}")
         return topology
 
     @field_validator("chips_per_host")
     @classmethod
-    def _unambiguous_hosts(cls, value: int | None, info: ValidationInfo) -> int:
+    def _unambiguous_hosts(cls, value: int | None, info: ValidationInfo) -> int | None:
         if "generation" not in info.data or "topology" not in info.data:
-            return value  # type: ignore[return-value]
+            return value  # the generation's or the topology's own error already says why
         return catalog.shape(info.data["generation"], info.data["topology"], value).chips_per_host
 
     @field_validator("capacity", mode="before")
@@ -174,17 +172,13 @@ class SliceGroup(_Strict):
     @model_validator(mode="after")
     def _min_within_slices(self) -> SliceGroup:
         if self.autoscaling and self.autoscaling.min_slices > self.slices:
-            raise ValueError(
-                f"autoscaling.min_slices ({self.autoscaling.min_slices}) must be between 0 and slices ({self.slices})"
-            )
+            raise ValueError(f"autoscaling.min_slices ({self.autoscaling.min_slices}) must be between 0 and slices ({self.slices})")
         return self
 
     @model_validator(mode="after")
     def _on_demand_capacity_starts_at_zero(self) -> SliceGroup:
         if self.capacity in FLEX_CAPACITY and self.autoscaling and self.autoscaling.min_slices:
-            raise ValueError(
-                f"capacity {self.capacity} provisions slices when pods ask for them: autoscaling.min_slices must be 0"
-            )
+            raise ValueError(f"capacity {self.capacity} provisions slices when pods ask for them: autoscaling.min_slices must be 0")
         return self
 
     @cached_property
@@ -511,9 +505,7 @@ def platform_problems(env: Environment) -> tuple[list[str], list[str]]:
         cpu, memory = group.requests
         for field, problem in rules.requests_fit(group.shape.machine_type, cpu, memory).items():
             errors.append(f"{at}.{field}: {problem}")
-    features = rules.required_versions(
-        env.mode, {g.generation for g in env.slice_groups}, {g.capacity_kind for g in env.slice_groups}
-    )
+    features = rules.required_versions(env.mode, {g.generation for g in env.slice_groups}, {g.capacity_kind for g in env.slice_groups})
     if problem := rules.version_covers(env.gke_min_version, features):
         errors.append(f"gke_min_version: {problem}")
     workers = {g.generation: env.ray.worker_image(g.generation) for g in env.slice_groups}

@@ -17,8 +17,9 @@ import argparse
 import re
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import google.auth
@@ -170,14 +171,18 @@ def make_client(endpoint: str | None = None) -> container_v1.ClusterManagerClien
         try:
             credentials, _ = google.auth.default(scopes=[CLOUD_PLATFORM])
         except auth.DefaultCredentialsError:
-            raise DoctorError(f"no Google credentials found to read GKE at {host}: {LOGIN}, or set GOOGLE_APPLICATION_CREDENTIALS") from None
+            raise DoctorError(
+                f"no Google credentials found to read GKE at {host}: {LOGIN}, or set GOOGLE_APPLICATION_CREDENTIALS"
+            ) from None
     else:
         credentials = AnonymousCredentials()  # a local fake or an emulator: nothing to sign
     # REST, not gRPC: the same transport the tests drive against a local HTTP server.
     return container_v1.ClusterManagerClient(transport="rest", credentials=credentials, client_options={"api_endpoint": host})
 
 
-def fetch(env: Environment, client: container_v1.ClusterManagerClient, timeout_s: float) -> tuple[container_v1.Cluster, list[container_v1.NodePool]]:
+def fetch(
+    env: Environment, client: container_v1.ClusterManagerClient, timeout_s: float
+) -> tuple[container_v1.Cluster, list[container_v1.NodePool]]:
     name = cluster_path(env)
     cluster = _call(env, client, f"reading cluster {name}", timeout_s, client.get_cluster, name=name)
     if env.mode == "autopilot":
@@ -195,11 +200,14 @@ def _call(env: Environment, client: Any, what: str, timeout_s: float, method: Ca
         return method(**request, timeout=timeout_s, retry=None)
     # REST errors map by HTTP status (Forbidden), gRPC ones by code (PermissionDenied, a subclass).
     except api.NotFound as err:
-        raise DoctorError(f"{where}: not found ({_detail(err)}); check project, zone/region and cluster_name of "
-                          f"environment {env.name}, or deploy it with `make deploy ENV={env.name}`") from None
+        raise DoctorError(
+            f"{where}: not found ({_detail(err)}); check project, zone/region and cluster_name of "
+            f"environment {env.name}, or deploy it with `make deploy ENV={env.name}`"
+        ) from None
     except (api.Forbidden, api.Unauthorized) as err:
-        raise DoctorError(f"{where}: {err.code} {_detail(err)}; {LOGIN} as an account with "
-                          f"roles/container.viewer on project {env.project}") from None
+        raise DoctorError(
+            f"{where}: {err.code} {_detail(err)}; {LOGIN} as an account with roles/container.viewer on project {env.project}"
+        ) from None
     except (api.GatewayTimeout, requests.Timeout):
         raise DoctorError(slow) from None
     except api.ServiceUnavailable as err:
@@ -298,7 +306,7 @@ def bounded(work: Callable[[], T], timeout_s: float, what: str) -> T:
 def _outcome(work: Callable[[], T]) -> tuple[bool, Any]:
     try:
         return True, work()
-    except BaseException as err:  # noqa: BLE001 - reported to the caller's thread as one line
+    except BaseException as err:  # reported to the caller's thread as one line
         return False, err
 
 
@@ -326,9 +334,13 @@ def ray_table(rows: list[tuple[RayShape, int]]) -> Table:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m infra.doctor", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m infra.doctor", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--env", default="dev", help=f"environment name ({', '.join(environment_names())}) or a .yaml path")
-    parser.add_argument("--endpoint", default=None, help=f"GKE API endpoint (default {DEFAULT_ENDPOINT}); a non-Google one gets no credentials")
+    parser.add_argument(
+        "--endpoint", default=None, help=f"GKE API endpoint (default {DEFAULT_ENDPOINT}); a non-Google one gets no credentials"
+    )
     parser.add_argument("--timeout", type=positive_seconds, default=20.0, help="seconds per API call (and for the Ray report)")
     parser.add_argument("--ray-address", default=None, help="also report the complete idle slices this Ray cluster sees")
     args = parser.parse_args(argv)

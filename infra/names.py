@@ -30,6 +30,5 @@ def ray_service_account_email(env: Environment) -> str:
 def credentials_command(env: Environment) -> list[str]:
     """`gcloud container clusters get-credentials` for the environment's cluster, through the DNS
     endpoint where the config turns it on (the way in for laptops and Cloud Build's default pool)."""
-    cmd = ["gcloud", "container", "clusters", "get-credentials", env.cluster_name,
-           "--location", env.location, "--project", env.project]
+    cmd = ["gcloud", "container", "clusters", "get-credentials", env.cluster_name, "--location", env.location, "--project", env.project]
     return [*cmd, "--dns-endpoint"] if env.network.dns_endpoint else cmd

@@ -63,16 +63,29 @@ def tpu_pool_plans(env: Environment) -> list[TpuPoolPlan]:
 def _group_plans(group: SliceGroup, zone: str) -> list[TpuPoolPlan]:
     shape = group.shape
     reservation = group.capacity.reservation if isinstance(group.capacity, Reservation) else None
-    common = dict(group=group.name, shape=shape, capacity=group.capacity_kind, reservation=reservation, zone=zone)
+
+    def plan(name: str, initial_nodes: int, autoscaled: bool, min_nodes: int, max_nodes: int) -> TpuPoolPlan:
+        return TpuPoolPlan(
+            name=name,
+            group=group.name,
+            shape=shape,
+            initial_nodes=initial_nodes,
+            autoscaled=autoscaled,
+            min_nodes=min_nodes,
+            max_nodes=max_nodes,
+            capacity=group.capacity_kind,
+            reservation=reservation,
+            zone=zone,
+        )
+
     if not shape.multi_host:
         return [
-            TpuPoolPlan(
+            plan(
                 name=group.name,
                 initial_nodes=group.min_slices if group.autoscaled else group.slices,
                 autoscaled=group.autoscaled,
                 min_nodes=group.min_slices,
                 max_nodes=group.slices,
-                **common,
             )
         ]
     plans = []
@@ -80,13 +93,12 @@ def _group_plans(group: SliceGroup, zone: str) -> list[TpuPoolPlan]:
         # The first min_slices slices stay up; the rest scale between zero and a whole slice.
         scales = group.autoscaled and index >= group.min_slices
         plans.append(
-            TpuPoolPlan(
+            plan(
                 name=f"{group.name}-{index}",
                 initial_nodes=0 if scales else shape.hosts,
                 autoscaled=scales,
                 min_nodes=0 if scales else shape.hosts,
                 max_nodes=shape.hosts,
-                **common,
             )
         )
     return plans

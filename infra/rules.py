@@ -27,8 +27,8 @@ from infra.platform_facts import (
 
 QUEUED_PROVISIONING = (
     "queued-provisioning pools only scale up for ProvisioningRequests, which KubeRay worker groups "
-    "cannot create, and GKE taints them cloud.google.com/gke-queued (GKE \"Run a large-scale workload "
-    "with flex-start with queued provisioning\", https://cloud.google.com/kubernetes-engine/docs/how-to/"
+    'cannot create, and GKE taints them cloud.google.com/gke-queued (GKE "Run a large-scale workload '
+    'with flex-start with queued provisioning", https://cloud.google.com/kubernetes-engine/docs/how-to/'
     "provisioningrequest): a Ray worker group would wait forever; use capacity: flex-start (the same "
     "Dynamic Workload Scheduler capacity, provisioned when the pods ask)"
 )
@@ -49,12 +49,10 @@ def zone_offers(generation: str, zone: str, capacity: str) -> str | None:
     if capacity == "flex-start" and facts.flex_start is not None:
         if zone not in facts.flex_start:
             listed = ", ".join(facts.flex_start) or "none"
-            return (f"zone {zone} does not offer {generation} on flex-start; zones that do: {listed} "
-                    f"(source: {FLEX_START_PAGE.cite()})")
+            return f"zone {zone} does not offer {generation} on flex-start; zones that do: {listed} (source: {FLEX_START_PAGE.cite()})"
         return None
     if zone not in facts.zones:
-        return (f"zone {zone} does not offer {generation}; zones that do: {', '.join(facts.zones)} "
-                f"(source: {TPU_ZONES_PAGE.cite()})")
+        return f"zone {zone} does not offer {generation}; zones that do: {', '.join(facts.zones)} (source: {TPU_ZONES_PAGE.cite()})"
     return None
 
 
@@ -63,15 +61,19 @@ def ray_knows(generation: str, topology: str) -> str | None:
     slice_placement_group cannot reserve it (a warning: the pools and RayCluster still work)."""
     if topology in RAY_TPU_TOPOLOGIES[generation]:
         return None
-    return (f"Ray {RAY_VERSION_READ}'s ray.util.tpu does not know {generation} {topology}: the slice deploys, but the "
-            f"jobs here cannot reserve it with slice_placement_group (Ray's VALID_TPU_TOPOLOGY)")
+    return (
+        f"Ray {RAY_VERSION_READ}'s ray.util.tpu does not know {generation} {topology}: the slice deploys, but the "
+        f"jobs here cannot reserve it with slice_placement_group (Ray's VALID_TPU_TOPOLOGY)"
+    )
 
 
 def zone_in_cluster(cluster_type: str, cluster_zone: str, region: str, zone: str) -> str | None:
     """A zonal cluster's nodes live in its zone; a regional cluster's in its region's zones."""
     if cluster_type == "zonal" and zone != cluster_zone:
-        return (f"zone {zone} is outside the zonal cluster's zone {cluster_zone}: use {cluster_zone}, or set "
-                f"cluster_type: regional so each slice group can name a zone of {region}")
+        return (
+            f"zone {zone} is outside the zonal cluster's zone {cluster_zone}: use {cluster_zone}, or set "
+            f"cluster_type: regional so each slice group can name a zone of {region}"
+        )
     if not zone.startswith(region + "-"):
         return f"zone {zone} is not in region {region}: use a zone of {region}"
     return None
@@ -127,17 +129,21 @@ def version_covers(gke_min_version: str | None, features: list[str]) -> str | No
     if gke_min_version is not None and version_key(gke_min_version) >= version_key(needed.version):
         return None
     have = f"gke_min_version {gke_min_version}" if gke_min_version else "no gke_min_version"
-    return (f"{needed.feature} needs GKE {needed.version} or later, and the config sets {have}: set gke_min_version "
-            f"to {needed.version} or a newer version your release channel offers (e.g. "
-            f"'{'.'.join(needed.version.split('.')[:2])}'; see `gcloud container get-server-config`) "
-            f"(source: {needed.source.cite()})")
+    return (
+        f"{needed.feature} needs GKE {needed.version} or later, and the config sets {have}: set gke_min_version "
+        f"to {needed.version} or a newer version your release channel offers (e.g. "
+        f"'{'.'.join(needed.version.split('.')[:2])}'; see `gcloud container get-server-config`) "
+        f"(source: {needed.source.cite()})"
+    )
 
 
 def serving_budget(group: str, slices: int, replicas: int) -> str | None:
     """The RayService's replicas are slices taken from its group; the RayCluster gets the rest."""
     if replicas > slices:
-        return (f"serving.replicas ({replicas}) is more than slice group {group} has slices ({slices}): each "
-                f"replica holds a whole slice; raise the group's slices or lower serving.replicas")
+        return (
+            f"serving.replicas ({replicas}) is more than slice group {group} has slices ({slices}): each "
+            f"replica holds a whole slice; raise the group's slices or lower serving.replicas"
+        )
     return None
 
 
@@ -161,9 +167,13 @@ def images_agree(head_image: str, worker_images: dict[str, str]) -> list[str]:
     for generation, image in worker_images.items():
         py = python_tag(image)
         if head_py and py and py != head_py:
-            problems.append(f"the {generation} worker image {image} runs Python {py} but the head image {head_image} "
-                            f"runs Python {head_py}: Ray needs one Python version across a cluster")
+            problems.append(
+                f"the {generation} worker image {image} runs Python {py} but the head image {head_image} "
+                f"runs Python {head_py}: Ray needs one Python version across a cluster"
+            )
         if generation == "tpu7x" and py and version_key(py) < version_key("3.12"):
-            problems.append(f"the tpu7x worker image {image} runs Python {py}: Ironwood needs jax[tpu] >= 0.8.2 on "
-                            f"Python >= 3.12 (ray-project/ray issue #62402); use a -py312-tpu image")
+            problems.append(
+                f"the tpu7x worker image {image} runs Python {py}: Ironwood needs jax[tpu] >= 0.8.2 on "
+                f"Python >= 3.12 (ray-project/ray issue #62402); use a -py312-tpu image"
+            )
     return problems

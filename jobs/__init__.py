@@ -1,16 +1,17 @@
-"""Ray/JAX workloads that run on whole TPU slices.
+"""Ray/JAX workloads that run on whole TPU slices, and what runs them.
 
-Each workload is a module run as `python -m jobs.NAME` (locally or through `ray job submit`):
+Commands (`python -m jobs.NAME`, locally or through `ray job submit`): `healthcheck` (one checked
+all-reduce over every chip), `train` (a decoder-only LM with Ray Train's JaxTrainer), `serve` (Ray
+Serve LLM), `local` (a simulated slice: up, status, down), `submit` (a workload to a cluster from a
+laptop or Cloud Build), `demo` (what `make demo` runs), `serve_demo`, `serve_smoke`.
 
-- `jobs.healthcheck`: one all-reduce over every chip of a slice, checked.
-- `jobs.train`: a small decoder-only transformer trained with Ray Train's JaxTrainer.
-- `jobs.local`: a simulated slice on this machine (`up`, `status`, `down`).
-- `jobs.demo`: what `make demo` runs: up, healthcheck, train, summary, down.
+Packages by role, lowest first: `runtime` (on the cluster, under every workload), `cli` (shared
+flags), then `train`, `serve`, `local`, `client`; the entry points sit on top.
 
 Kept light on purpose: importing `jobs` imports neither Ray nor JAX. The TPU shapes come from
 `infra.catalog` and the defaults from `infra.config`; nothing here imports cdktf.
 """
 
-from pathlib import Path
+from infra import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+__all__ = ["REPO_ROOT"]

@@ -1,4 +1,6 @@
-"""The flags every workload shares, and how they turn into a validated slice target.
+"""What every workload's command line shares: the flags and how they turn into a validated slice
+target, joining the Ray cluster, and the tail of the output (a summary, the attempts, and one
+`NAME {json}` result line that `jobs.demo` and the benchmarks parse back with `parse_result`).
 
 `--env` (default `dev`) names an environment config (`infra/environments/<env>.yaml`); its first slice
 group gives the defaults for `--generation`, `--topology`, `--chips-per-host` and `--slices`, so a
@@ -12,18 +14,25 @@ flag they came from.
 from __future__ import annotations
 
 import argparse
+import json
+import logging
+import os
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import NoReturn, Sequence
+from typing import Any, NoReturn
 
 from infra import catalog
-from infra.argtypes import non_negative_int, positive_int, positive_number, positive_seconds, whole_number  # noqa: F401 - part of this module's API
+from infra.argtypes import non_negative_int, positive_int, positive_number, positive_seconds, whole_number
 from infra.config import ConfigError, Environment, load_environment
+from jobs.runtime.inventory import DEFAULT_RESERVE_TIMEOUT_S
+from jobs.runtime.outcomes import Cancelled, Succeeded
+from jobs.runtime.reruns import RunReport
+
+# The argument types are part of this module's API (the workloads' parsers use them from here).
+__all__ = ["non_negative_int", "positive_int", "positive_number", "positive_seconds", "whole_number"]
 
 DEFAULT_ENV = "dev"
-# Long enough for GKE to scale a multi-host TPU node pool up from zero: node provisioning, the
-# TPU webhook and pulling a Ray+JAX image typically take 5-15 minutes; 30 leaves headroom.
-DEFAULT_RESERVE_TIMEOUT_S = 1800.0
 
 
 class JobArgumentParser(argparse.ArgumentParser):
@@ -89,10 +98,8 @@ def add_slice_flags(parser: argparse.ArgumentParser, *, reserve_timeout: bool = 
         )
 
 
-def add_fault_flags(
-    parser: argparse.ArgumentParser, *, step_timeout_s: float, max_failures: int = 0, max_preemptions: int = 3
-) -> None:
-    """The retry budgets and the hang bound (see jobs/driver.py and jobs/progress.py)."""
+def add_fault_flags(parser: argparse.ArgumentParser, *, step_timeout_s: float, max_failures: int = 0, max_preemptions: int = 3) -> None:
+    """The retry budgets and the hang bound (see jobs/runtime/reruns.py and jobs/runtime/progress.py)."""
     group = parser.add_argument_group("faults")
     group.add_argument(
         "--max-preemptions",
@@ -135,19 +142,22 @@ def resolve_target(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
     needs_defaults = args.generation is None or args.topology is None or args.slices is None
     env = _load_env(parser, args, needed=needs_defaults)
     group = env.slice_groups[0] if env else None
+    env_name = env.name if env else DEFAULT_ENV
 
-    gen_source = "--generation" if args.generation is not None else f"environment {env.name!r}"  # type: ignore[union-attr]
+    def flag_or_env(value: Any, field: str) -> Any:
+        # Without an environment every slice flag was given: `_load_env` exits otherwise.
+        return value if value is not None else getattr(group, field)
+
     try:
-        gen = catalog.generation(args.generation if args.generation is not None else group.generation)  # type: ignore[union-attr]
+        gen = catalog.generation(flag_or_env(args.generation, "generation"))
     except catalog.CatalogError as err:
-        parser.error(f"argument --generation: {err}" + ("" if args.generation is not None else f" (from {gen_source})"))
+        parser.error(f"argument --generation: {err}" + ("" if args.generation is not None else f" (from environment {env_name!r})"))
 
-    topology = args.topology if args.topology is not None else group.topology  # type: ignore[union-attr]
-    from_env = "" if args.topology is not None else f" (--topology defaults to {env.name!r}'s {group.topology})"  # type: ignore[union-attr]
+    topology = flag_or_env(args.topology, "topology")
+    from_env = "" if args.topology is not None else f" (--topology defaults to {env_name!r}'s {topology})"
     if not gen.offers(str(topology).strip().lower()):
         parser.error(
-            f"argument --topology: {topology!r} is not offered for {gen.name}{from_env}; "
-            f"valid topologies: {gen.describe_topologies()}"
+            f"argument --topology: {topology!r} is not offered for {gen.name}{from_env}; valid topologies: {gen.describe_topologies()}"
         )
 
     chips_per_host = args.chips_per_host
@@ -158,7 +168,7 @@ def resolve_target(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
     except catalog.CatalogError as err:
         parser.error(f"argument --chips-per-host: {err}")
 
-    slices = args.slices if args.slices is not None else group.slices  # type: ignore[union-attr]
+    slices = flag_or_env(args.slices, "slices")
     return SliceTarget(
         shape=shape,
         slices=slices,
@@ -171,3 +181,58 @@ def resolve_target(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
 def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, SliceTarget]:
     args = parser.parse_args(sys.argv[1:] if argv is None else list(argv))
     return args, resolve_target(parser, args)
+
+
+def connect_ray() -> None:
+    """Join the cluster this job was submitted to (`RAY_ADDRESS`), or exit saying what to do."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    try:
+        ray.init(address=os.environ.get("RAY_ADDRESS") or "auto", logging_level=logging.WARNING)
+    except ConnectionError as err:
+        raise SystemExit(
+            f"no Ray cluster to run on ({err}); submit with `ray job submit`, set RAY_ADDRESS, "
+            "or start the simulation with `python -m jobs.local up`"
+        ) from None
+
+
+def result_line(marker: str, payload: dict[str, Any]) -> str:
+    """The machine-readable line a workload prints last: `MARKER {json}`."""
+    return f"{marker} {json.dumps(payload)}"
+
+
+def parse_result(logs: str, marker: str) -> dict[str, Any] | None:
+    """The JSON of the last `MARKER {json}` line in `logs` (pure); None if there is none."""
+    found = None
+    for line in logs.splitlines():
+        if line.startswith(marker + " "):
+            try:
+                found = json.loads(line[len(marker) + 1 :])
+            except json.JSONDecodeError:
+                continue
+    return found
+
+
+def report_failure(report: RunReport, job: str) -> int:
+    """Print why the run failed to stderr (`<job> FAILED (<kind>): <reason>`); the exit status (130 when
+    cancelled, else 1)."""
+    outcome = report.outcome
+    if isinstance(outcome, Succeeded):
+        raise ValueError(f"{job} succeeded: there is no failure to report")
+    print(f"{job} FAILED ({outcome.kind}): {outcome.reason}", file=sys.stderr, flush=True)
+    return 130 if isinstance(outcome, Cancelled) else 1
+
+
+def finish(report: RunReport, job: str, marker: str, summary: Callable[[Any], str], payload: Callable[[Any], dict[str, Any]]) -> int | None:
+    """The tail of a workload's output: on failure, why (and its exit status); on success, the
+    summary of `report.value`, what each attempt met when there were reruns, and the result line
+    (None: the caller decides the exit status)."""
+    if not report.ok:
+        return report_failure(report, job)
+    print(summary(report.value), flush=True)
+    if len(report.attempts) > 1:
+        print("  attempts:\n" + "\n".join(f"    {a.describe()}" for a in report.attempts), flush=True)
+    print(result_line(marker, {**payload(report.value), "attempts": len(report.attempts)}), flush=True)
+    return None

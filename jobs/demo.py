@@ -10,32 +10,18 @@ account: a few minutes on a 2-core laptop. Exit status 0 when both jobs succeed.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
-from jobs import REPO_ROOT, cli, local, submit
+from jobs import cli, local
+from jobs.client import jobs_api
+from jobs.client.uploads import working_dir_runtime_env
 
-# What `working_dir` must not upload (Ray also honours .gitignore): environments, caches, build output.
-WORKING_DIR_EXCLUDES = [
-    ".git",
-    ".venv",
-    ".venv-*",
-    "node_modules",
-    "build",
-    "cdktf.out",
-    ".terraform",
-    "**/__pycache__",
-    ".pytest_cache",
-    ".hypothesis",
-    ".gen",
-]
-TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
 # Lines that say nothing to a person watching: 16 per all-reduce set-up on the simulation, Ray
 # Train's per-rank report echo, and the machine-readable result lines (the summary shows them).
 NOISE = ("[Gloo] Rank", "Reporting training result", "HEALTHCHECK {", "TRAIN {")
@@ -54,28 +40,16 @@ class JobOutcome:
         return self.status == "SUCCEEDED" and self.result is not None and self.result.get("ok", True)
 
 
-def result_line(logs: str, marker: str) -> dict | None:
-    """The JSON a workload prints after `MARKER ` (pure; the last one wins)."""
-    found = None
-    for line in logs.splitlines():
-        if line.startswith(marker + " "):
-            try:
-                found = json.loads(line[len(marker) + 1 :])
-            except json.JSONDecodeError:
-                continue
-    return found
-
-
 def job_runtime_env(shape) -> dict:
     """The runtime env a laptop would submit with: the repo, and JAX on CPU for the simulation."""
-    return {"working_dir": str(REPO_ROOT), "excludes": WORKING_DIR_EXCLUDES, "env_vars": local.cpu_jax_env(shape)}
+    return working_dir_runtime_env(local.cpu_jax_env(shape))
 
 
 def run_job(client, name: str, entrypoint: str, runtime_env: dict, marker: str, timeout_s: float, echo) -> JobOutcome:
     """Submit, stream the logs until the job ends (bounded: stopped after `timeout_s`, or when the
     dashboard stalls), parse the result. Ctrl-C stops the job: the cluster is about to go away."""
     started = time.monotonic()
-    job_id = submit.submit_job(client, entrypoint, runtime_env, submission_id=f"demo-{name}-{uuid.uuid4().hex[:6]}")
+    job_id = jobs_api.submit_job(client, entrypoint, runtime_env, submission_id=f"demo-{name}-{uuid.uuid4().hex[:6]}")
 
     def show(text: str) -> None:
         for line in text.splitlines():
@@ -83,10 +57,10 @@ def run_job(client, name: str, entrypoint: str, runtime_env: dict, marker: str, 
                 echo(f"[{name}] {line}")
 
     try:
-        status, logs = submit.follow_job(client, job_id, timeout_s, show, stop_on_interrupt=True)
-    except submit.JobTimedOut as err:
+        status, logs = jobs_api.follow_job(client, job_id, timeout_s, show, stop_on_interrupt=True)
+    except jobs_api.JobTimedOut as err:
         status, logs = f"TIMED OUT: {err}", err.logs
-    return JobOutcome(name, job_id, status, time.monotonic() - started, result_line(logs, marker))
+    return JobOutcome(name, job_id, status, time.monotonic() - started, cli.parse_result(logs, marker))
 
 
 def _summary_table(hc: JobOutcome | None, tr: JobOutcome | None, timings: dict[str, float]):
@@ -156,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             bar.update(step, completed=target.hosts + 1, description="simulated slice is up")
             timings["up"] = time.monotonic() - started
-        client = submit.bounded_client(cluster.dashboard_url)
+        client = jobs_api.bounded_client(cluster.dashboard_url)
         runtime_env = job_runtime_env(shape)
         echo = lambda line: console.print(line, markup=False, highlight=False)  # noqa: E731
         console.rule(f"healthcheck via the Ray Jobs API at {cluster.dashboard_url}")
@@ -171,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except local.LocalClusterError as err:
         console.print(f"[red]could not start the simulated slice:[/red] {err}")
         return 1
-    except submit.SubmitError as err:  # the Jobs API stalled or refused a submission
+    except jobs_api.SubmitError as err:  # the Jobs API stalled or refused a submission
         console.print(f"[red]error:[/red] {escape(str(err))}")
         return 1
     finally:

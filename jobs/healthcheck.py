@@ -14,21 +14,20 @@ right, 1 when it is not (or the slice cannot be reserved in time), 2 for bad arg
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import socket
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Sequence
 
 from infra import catalog
-
-from jobs import cli, progress
-from jobs.driver import RetryBudget, RunReport, print_attempts, report_failure, run_on_slices
-from jobs.outcomes import Succeeded
-from jobs.slices import JaxProcess, initialize_jax, missing_worker_ids
+from jobs import cli
+from jobs.runtime import progress
+from jobs.runtime.inventory import missing_worker_ids
+from jobs.runtime.launch import JaxProcess, initialize_jax
+from jobs.runtime.outcomes import Succeeded
+from jobs.runtime.reruns import DEFAULT_RETRY_BUDGET, RetryBudget, RunReport, run_on_slices
 
 AXIS = "chips"
 # A healthcheck step (joining, one all-reduce) takes seconds; minutes of silence is a hang.
@@ -175,7 +174,8 @@ def allreduce_on_host(process: JaxProcess, payload_bytes: int, iters: int, init_
     progress.beat("joined")
     import jax
     import numpy as np
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     try:
         devices = jax.devices()  # every device of every process, in process order
@@ -184,16 +184,19 @@ def allreduce_on_host(process: JaxProcess, payload_bytes: int, iters: int, init_
         sharding = NamedSharding(mesh, P(AXIS))
         allreduce = jax.jit(jax.shard_map(lambda x: jax.lax.psum(x, AXIS), mesh=mesh, in_specs=P(AXIS), out_specs=P(AXIS)))
 
-        def contributions(per_device: int):
-            # Device i's shard is all (i + 1): its position along the mesh axis.
-            return jax.make_array_from_callback(
-                (n * per_device,), sharding, lambda idx: np.full(per_device, idx[0].start // per_device + 1, np.float32)
-            )
+        def contributions(per_device: int) -> jax.Array:
+            def shard(idx: tuple[slice, ...] | None) -> np.ndarray:
+                # Device i's shard is all (i + 1): its position along the mesh axis.
+                if idx is None:  # JAX passes every addressable shard's index; None never comes for a sharding
+                    raise TypeError("make_array_from_callback gave no shard index")
+                return np.full(per_device, idx[0].start // per_device + 1, np.float32)
 
-        def run(per_device: int) -> tuple[float, bool, set]:
+            return jax.make_array_from_callback((n * per_device,), sharding, shard)
+
+        def run(per_device: int) -> tuple[float, bool, set[float]]:
             x = contributions(per_device)
             y = allreduce(x).block_until_ready()  # compile, and the checked result
-            values = set()
+            values: set[float] = set()
             ok = True
             for shard in y.addressable_shards:
                 data = np.asarray(shard.data)
@@ -240,7 +243,7 @@ def run_healthcheck(
     payload_mb: float = 4.0,
     iters: int = 5,
     timeout_s: float = 600.0,
-    budget: RetryBudget = RetryBudget(),
+    budget: RetryBudget = DEFAULT_RETRY_BUDGET,
     step_timeout_s: float | None = DEFAULT_STEP_TIMEOUT_S,
 ) -> RunReport:
     """Reserve, run one process per host, summarise; rerun on a whole slice after a lost host.
@@ -267,27 +270,18 @@ def run_healthcheck(
     return report
 
 
-def connect_ray() -> None:
-    """Join the cluster this job was submitted to (`RAY_ADDRESS`), or fail with what to do."""
-    import ray
-
-    if ray.is_initialized():
-        return
-    try:
-        ray.init(address=os.environ.get("RAY_ADDRESS") or "auto", logging_level="warning")
-    except ConnectionError as err:
-        raise SystemExit(
-            f"no Ray cluster to run on ({err}); submit with `ray job submit`, set RAY_ADDRESS, "
-            "or start the simulation with `python -m jobs.local up`"
-        ) from None
-
-
 def _parser() -> cli.JobArgumentParser:
     parser = cli.JobArgumentParser(prog="python -m jobs.healthcheck", description=__doc__.split("\n\n")[0])
     cli.add_slice_flags(parser)
     parser.add_argument("--payload-mb", type=cli.positive_number, default=4.0, metavar="MIB", help="all-reduce size per chip (default 4)")
     parser.add_argument("--iters", type=cli.positive_int, default=5, help="timed repetitions (default 5)")
-    parser.add_argument("--timeout", type=cli.positive_seconds, default=600.0, metavar="SECONDS", help="bound on the per-host work of one attempt (default 600)")
+    parser.add_argument(
+        "--timeout",
+        type=cli.positive_seconds,
+        default=600.0,
+        metavar="SECONDS",
+        help="bound on the per-host work of one attempt (default 600)",
+    )
     cli.add_fault_flags(parser, step_timeout_s=DEFAULT_STEP_TIMEOUT_S)
     return parser
 
@@ -299,17 +293,10 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, c
 def main(argv: Sequence[str] | None = None) -> int:
     args, target = parse_args(argv)
     print(f"healthcheck: reserving {target.describe()} (timeout {target.reserve_timeout_s:.0f}s)", flush=True)
-    connect_ray()
-    report = run_healthcheck(
-        target, args.payload_mb, args.iters, args.timeout, RetryBudget.from_args(args), args.step_timeout
-    )
-    if not report.ok:
-        return report_failure(report, "healthcheck")
-    result = report.value
-    print(result.summary(), flush=True)
-    print_attempts(report)
-    print("HEALTHCHECK " + json.dumps({**result.to_json(), "attempts": len(report.attempts)}), flush=True)
-    return 0 if result.ok else 1
+    cli.connect_ray()
+    report = run_healthcheck(target, args.payload_mb, args.iters, args.timeout, RetryBudget.from_args(args), args.step_timeout)
+    failed = cli.finish(report, "healthcheck", "HEALTHCHECK", HealthcheckResult.summary, HealthcheckResult.to_json)
+    return failed if failed is not None else (0 if report.value.ok else 1)
 
 
 if __name__ == "__main__":

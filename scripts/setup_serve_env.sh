@@ -94,9 +94,9 @@ for dist in ("torchvision", "torchaudio", "torchcodec", "nixl", "vllm"):
     except md.PackageNotFoundError:
         continue
     sys.exit(f"{dist} must not be installed")
-import openai, transformers, vllm  # noqa: E401,F401
-from ray.serve.llm import LLMConfig, build_openai_app  # noqa: F401  (needs vLLM importable)
-import infra.config, jobs.serve, jobs.tiny_model  # noqa: E401,F401
+import openai, transformers, vllm
+from ray.serve.llm import LLMConfig, build_openai_app  # needs vLLM importable
+import infra.config, jobs.serve, jobs.serve.tiny_model
 EOF
 
 echo "$want" > "$STAMP"

@@ -7,7 +7,7 @@ gets `additionalProperties: false`, unless the CRD marks it x-kubernetes-preserv
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ def _strict(node: Any) -> Any:
     return out
 
 
-@lru_cache(maxsize=None)
+@cache
 def validator(crd_dir: str, kind: str) -> jsonschema.Draft7Validator:
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     crd = yaml.load((Path(crd_dir) / CRD_FILES[kind]).read_text(), Loader=loader)

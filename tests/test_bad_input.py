@@ -152,8 +152,15 @@ def _config_rows() -> list[Row]:
         "submit": (("-m", "jobs.submit", "healthcheck", "--env", CONFIG), {}, report),
         # The jobs fold it into their one-line usage error for --env.
         **{
-            name: (argv, {}, dict(kind="line", first=f"{prog}: error: argument --env: {CONFIG!r}: {SOURCE} is not a valid "
-                                  "environment config: - ", end=f" (see {prog} --help)"))
+            name: (
+                argv,
+                {},
+                dict(
+                    kind="line",
+                    first=f"{prog}: error: argument --env: {CONFIG!r}: {SOURCE} is not a valid environment config: - ",
+                    end=f" (see {prog} --help)",
+                ),
+            )
             for name, argv, prog in (
                 ("healthcheck", ("-m", "jobs.healthcheck", "--env", CONFIG), HEALTHCHECK),
                 ("train", ("-m", "jobs.train", "--env", CONFIG), TRAIN),
@@ -175,97 +182,223 @@ V6E_TOPOLOGIES = "valid topologies: 1x1, 2x2, 2x4, 4x4, 4x8"
 
 ARG_ROWS = [
     # jobs.healthcheck: the slice flags, its own flags and the fault flags
-    Row("healthcheck-unknown-topology", ("-m", "jobs.healthcheck", "--topology", "9x9"),
-        **_job_error(HEALTHCHECK, "argument --topology: '9x9' is not offered for v6e; ", V6E_TOPOLOGIES)),
-    Row("healthcheck-unknown-generation", ("-m", "jobs.healthcheck", "--generation", "v9"),
-        **_job_error(HEALTHCHECK, "argument --generation: unknown TPU generation 'v9'; ", "valid generations: tpu7x, v6e, v5e, v5p, v4")),
-    Row("healthcheck-chips-per-host-3", ("-m", "jobs.healthcheck", "--chips-per-host", "3"),
-        **_job_error(HEALTHCHECK, "argument --chips-per-host: v6e 4x4 cannot be built from 3-chip hosts; ", "valid chips_per_host: 4")),
-    Row("healthcheck-slices-0", ("-m", "jobs.healthcheck", "--slices", "0"),
-        **_job_error(HEALTHCHECK, "argument --slices: 0 is not allowed; use 1 or more")),
-    Row("healthcheck-reserve-timeout-negative", ("-m", "jobs.healthcheck", "--reserve-timeout", "-1"),
-        **_job_error(HEALTHCHECK, f"argument --reserve-timeout: -1 {NOT_POSITIVE}")),
-    Row("healthcheck-reserve-timeout-nan", ("-m", "jobs.healthcheck", "--reserve-timeout", "nan"),
-        **_job_error(HEALTHCHECK, f"argument --reserve-timeout: nan {NOT_POSITIVE}")),
-    Row("healthcheck-timeout-inf", ("-m", "jobs.healthcheck", "--timeout", "inf"),
-        **_job_error(HEALTHCHECK, f"argument --timeout: inf {NOT_POSITIVE}")),
-    Row("healthcheck-payload-mb-abc", ("-m", "jobs.healthcheck", "--payload-mb", "abc"),
-        **_job_error(HEALTHCHECK, "argument --payload-mb: 'abc' is not a number; use a positive number")),
-    Row("healthcheck-max-preemptions-negative", ("-m", "jobs.healthcheck", "--max-preemptions", "-1"),
-        **_job_error(HEALTHCHECK, "argument --max-preemptions: -1 is not allowed; use 0 or more")),
-    Row("healthcheck-max-failures-x", ("-m", "jobs.healthcheck", "--max-failures", "x"),
-        **_job_error(HEALTHCHECK, "argument --max-failures: 'x' is not a whole number; use 0 or more")),
-    Row("healthcheck-step-timeout-0", ("-m", "jobs.healthcheck", "--step-timeout", "0"),
-        **_job_error(HEALTHCHECK, f"argument --step-timeout: 0 {NOT_POSITIVE}")),
+    Row(
+        "healthcheck-unknown-topology",
+        ("-m", "jobs.healthcheck", "--topology", "9x9"),
+        **_job_error(HEALTHCHECK, "argument --topology: '9x9' is not offered for v6e; ", V6E_TOPOLOGIES),
+    ),
+    Row(
+        "healthcheck-unknown-generation",
+        ("-m", "jobs.healthcheck", "--generation", "v9"),
+        **_job_error(HEALTHCHECK, "argument --generation: unknown TPU generation 'v9'; ", "valid generations: tpu7x, v6e, v5e, v5p, v4"),
+    ),
+    Row(
+        "healthcheck-chips-per-host-3",
+        ("-m", "jobs.healthcheck", "--chips-per-host", "3"),
+        **_job_error(HEALTHCHECK, "argument --chips-per-host: v6e 4x4 cannot be built from 3-chip hosts; ", "valid chips_per_host: 4"),
+    ),
+    Row(
+        "healthcheck-slices-0",
+        ("-m", "jobs.healthcheck", "--slices", "0"),
+        **_job_error(HEALTHCHECK, "argument --slices: 0 is not allowed; use 1 or more"),
+    ),
+    Row(
+        "healthcheck-reserve-timeout-negative",
+        ("-m", "jobs.healthcheck", "--reserve-timeout", "-1"),
+        **_job_error(HEALTHCHECK, f"argument --reserve-timeout: -1 {NOT_POSITIVE}"),
+    ),
+    Row(
+        "healthcheck-reserve-timeout-nan",
+        ("-m", "jobs.healthcheck", "--reserve-timeout", "nan"),
+        **_job_error(HEALTHCHECK, f"argument --reserve-timeout: nan {NOT_POSITIVE}"),
+    ),
+    Row(
+        "healthcheck-timeout-inf",
+        ("-m", "jobs.healthcheck", "--timeout", "inf"),
+        **_job_error(HEALTHCHECK, f"argument --timeout: inf {NOT_POSITIVE}"),
+    ),
+    Row(
+        "healthcheck-payload-mb-abc",
+        ("-m", "jobs.healthcheck", "--payload-mb", "abc"),
+        **_job_error(HEALTHCHECK, "argument --payload-mb: 'abc' is not a number; use a positive number"),
+    ),
+    Row(
+        "healthcheck-max-preemptions-negative",
+        ("-m", "jobs.healthcheck", "--max-preemptions", "-1"),
+        **_job_error(HEALTHCHECK, "argument --max-preemptions: -1 is not allowed; use 0 or more"),
+    ),
+    Row(
+        "healthcheck-max-failures-x",
+        ("-m", "jobs.healthcheck", "--max-failures", "x"),
+        **_job_error(HEALTHCHECK, "argument --max-failures: 'x' is not a whole number; use 0 or more"),
+    ),
+    Row(
+        "healthcheck-step-timeout-0",
+        ("-m", "jobs.healthcheck", "--step-timeout", "0"),
+        **_job_error(HEALTHCHECK, f"argument --step-timeout: 0 {NOT_POSITIVE}"),
+    ),
     # jobs.train: its own flags, the flags checked against the slice, and the fault flags
-    Row("train-steps-0", ("-m", "jobs.train", "--steps", "0"),
-        **_job_error(TRAIN, "argument --steps: 0 is not allowed; use 1 or more")),
-    Row("train-batch-size-not-a-multiple-of-the-chips", ("-m", "jobs.train", "--batch-size", "10"),
-        **_job_error(TRAIN, "argument --batch-size: 10 must be a multiple of the 16 chips of 1 x v6e 4x4")),
-    Row("train-reserve-timeout-nan", ("-m", "jobs.train", "--reserve-timeout", "nan"),
-        **_job_error(TRAIN, f"argument --reserve-timeout: nan {NOT_POSITIVE}")),
-    Row("train-max-preemptions-negative", ("-m", "jobs.train", "--max-preemptions", "-1"),
-        **_job_error(TRAIN, "argument --max-preemptions: -1 is not allowed; use 0 or more")),
-    Row("train-max-failures-x", ("-m", "jobs.train", "--max-failures", "x"),
-        **_job_error(TRAIN, "argument --max-failures: 'x' is not a whole number; use 0 or more")),
-    Row("train-max-failures-negative", ("-m", "jobs.train", "--max-failures", "-1"),
-        **_job_error(TRAIN, "argument --max-failures: -1 is not allowed; use 0 or more")),
-    Row("train-step-timeout-0", ("-m", "jobs.train", "--step-timeout", "0"),
-        **_job_error(TRAIN, f"argument --step-timeout: 0 {NOT_POSITIVE}")),
+    Row("train-steps-0", ("-m", "jobs.train", "--steps", "0"), **_job_error(TRAIN, "argument --steps: 0 is not allowed; use 1 or more")),
+    Row(
+        "train-batch-size-not-a-multiple-of-the-chips",
+        ("-m", "jobs.train", "--batch-size", "10"),
+        **_job_error(TRAIN, "argument --batch-size: 10 must be a multiple of the 16 chips of 1 x v6e 4x4"),
+    ),
+    Row(
+        "train-reserve-timeout-nan",
+        ("-m", "jobs.train", "--reserve-timeout", "nan"),
+        **_job_error(TRAIN, f"argument --reserve-timeout: nan {NOT_POSITIVE}"),
+    ),
+    Row(
+        "train-max-preemptions-negative",
+        ("-m", "jobs.train", "--max-preemptions", "-1"),
+        **_job_error(TRAIN, "argument --max-preemptions: -1 is not allowed; use 0 or more"),
+    ),
+    Row(
+        "train-max-failures-x",
+        ("-m", "jobs.train", "--max-failures", "x"),
+        **_job_error(TRAIN, "argument --max-failures: 'x' is not a whole number; use 0 or more"),
+    ),
+    Row(
+        "train-max-failures-negative",
+        ("-m", "jobs.train", "--max-failures", "-1"),
+        **_job_error(TRAIN, "argument --max-failures: -1 is not allowed; use 0 or more"),
+    ),
+    Row(
+        "train-step-timeout-0",
+        ("-m", "jobs.train", "--step-timeout", "0"),
+        **_job_error(TRAIN, f"argument --step-timeout: 0 {NOT_POSITIVE}"),
+    ),
     # jobs.local up: never starts anything
-    Row("local-up-unknown-topology", ("-m", "jobs.local", "up", "--topology", "9x9"),
-        **_job_error(LOCAL, "argument --topology: '9x9' is not offered for v6e; ", V6E_TOPOLOGIES)),
-    Row("local-up-slices-0", ("-m", "jobs.local", "up", "--slices", "0"),
-        **_job_error(LOCAL_UP, "argument --slices: 0 is not allowed; use 1 or more")),
-    Row("local-up-timeout-nan", ("-m", "jobs.local", "up", "--timeout", "nan"),
-        **_job_error(LOCAL_UP, f"argument --timeout: nan {NOT_POSITIVE}")),
-    Row("local-up-host-cpus-0", ("-m", "jobs.local", "up", "--host-cpus", "0"),
-        **_job_error(LOCAL_UP, "argument --host-cpus: 0 is not allowed; use 1 or more")),
-    Row("local-up-object-store-mb-abc", ("-m", "jobs.local", "up", "--object-store-mb", "abc"),
-        **_job_error(LOCAL_UP, "argument --object-store-mb: 'abc' is not a whole number; use 1 or more")),
-    Row("local-up-state-dir-is-a-file", ("-m", "jobs.local", "up", "--state-dir", A_FILE),
-        **_job_error(LOCAL, f"argument --state-dir: {A_FILE} is not a directory; pass another --state-dir")),
-    Row("local-up-state-dir-too-long", ("-m", "jobs.local", "up", "--state-dir", LONG_DIR),
-        **_job_error(LOCAL, f"argument --state-dir: {LONG_DIR}/ray is too long for Ray's unix sockets (at most ",
-                     "characters); pass a shorter --state-dir")),
+    Row(
+        "local-up-unknown-topology",
+        ("-m", "jobs.local", "up", "--topology", "9x9"),
+        **_job_error(LOCAL, "argument --topology: '9x9' is not offered for v6e; ", V6E_TOPOLOGIES),
+    ),
+    Row(
+        "local-up-slices-0",
+        ("-m", "jobs.local", "up", "--slices", "0"),
+        **_job_error(LOCAL_UP, "argument --slices: 0 is not allowed; use 1 or more"),
+    ),
+    Row(
+        "local-up-timeout-nan",
+        ("-m", "jobs.local", "up", "--timeout", "nan"),
+        **_job_error(LOCAL_UP, f"argument --timeout: nan {NOT_POSITIVE}"),
+    ),
+    Row(
+        "local-up-host-cpus-0",
+        ("-m", "jobs.local", "up", "--host-cpus", "0"),
+        **_job_error(LOCAL_UP, "argument --host-cpus: 0 is not allowed; use 1 or more"),
+    ),
+    Row(
+        "local-up-object-store-mb-abc",
+        ("-m", "jobs.local", "up", "--object-store-mb", "abc"),
+        **_job_error(LOCAL_UP, "argument --object-store-mb: 'abc' is not a whole number; use 1 or more"),
+    ),
+    Row(
+        "local-up-state-dir-is-a-file",
+        ("-m", "jobs.local", "up", "--state-dir", A_FILE),
+        **_job_error(LOCAL, f"argument --state-dir: {A_FILE} is not a directory; pass another --state-dir"),
+    ),
+    Row(
+        "local-up-state-dir-too-long",
+        ("-m", "jobs.local", "up", "--state-dir", LONG_DIR),
+        **_job_error(
+            LOCAL,
+            f"argument --state-dir: {LONG_DIR}/ray is too long for Ray's unix sockets (at most ",
+            "characters); pass a shorter --state-dir",
+        ),
+    ),
     # jobs.submit: its own flags (the job's arguments after `--` are checked on the cluster)
-    Row("submit-timeout-negative", ("-m", "jobs.submit", "healthcheck", "--timeout", "-1"),
-        **_job_error(SUBMIT, f"argument --timeout: -1 {NOT_POSITIVE}")),
-    Row("submit-timeout-nan", ("-m", "jobs.submit", "healthcheck", "--timeout", "nan"),
-        **_job_error(SUBMIT, f"argument --timeout: nan {NOT_POSITIVE}")),
-    Row("submit-timeout-abc", ("-m", "jobs.submit", "healthcheck", "--timeout", "abc"),
-        **_job_error(SUBMIT, "argument --timeout: 'abc' is not a number; use a positive number of seconds")),
-    Row("submit-request-timeout-nan", ("-m", "jobs.submit", "healthcheck", "--request-timeout", "nan"),
-        **_job_error(SUBMIT, f"argument --request-timeout: nan {NOT_POSITIVE}")),
-    Row("submit-env-var-without-value", ("-m", "jobs.submit", "healthcheck", "--env-var", "FOO"),
-        **_job_error(SUBMIT, "--env-var takes KEY=VALUE, got 'FOO'")),
-    Row("submit-unknown-job", ("-m", "jobs.submit", "bogus"),
-        kind="line", first="error: job 'bogus' is not a workload; valid: healthcheck, train", expect=()),
-    Row("submit-no-job", ("-m", "jobs.submit"),
-        kind="line", first="error: no job given; valid: healthcheck, train", expect=()),
-    Row("submit-bad-job-argument", ("-m", "jobs.submit", "healthcheck", "--", "--slices", "0"),
-        kind="line", first="python -m jobs.healthcheck: error: argument --slices: 0 is not allowed; use 1 or more", expect=()),
+    Row(
+        "submit-timeout-negative",
+        ("-m", "jobs.submit", "healthcheck", "--timeout", "-1"),
+        **_job_error(SUBMIT, f"argument --timeout: -1 {NOT_POSITIVE}"),
+    ),
+    Row(
+        "submit-timeout-nan",
+        ("-m", "jobs.submit", "healthcheck", "--timeout", "nan"),
+        **_job_error(SUBMIT, f"argument --timeout: nan {NOT_POSITIVE}"),
+    ),
+    Row(
+        "submit-timeout-abc",
+        ("-m", "jobs.submit", "healthcheck", "--timeout", "abc"),
+        **_job_error(SUBMIT, "argument --timeout: 'abc' is not a number; use a positive number of seconds"),
+    ),
+    Row(
+        "submit-request-timeout-nan",
+        ("-m", "jobs.submit", "healthcheck", "--request-timeout", "nan"),
+        **_job_error(SUBMIT, f"argument --request-timeout: nan {NOT_POSITIVE}"),
+    ),
+    Row(
+        "submit-env-var-without-value",
+        ("-m", "jobs.submit", "healthcheck", "--env-var", "FOO"),
+        **_job_error(SUBMIT, "--env-var takes KEY=VALUE, got 'FOO'"),
+    ),
+    Row(
+        "submit-unknown-job",
+        ("-m", "jobs.submit", "bogus"),
+        kind="line",
+        first="error: job 'bogus' is not a workload; valid: healthcheck, train",
+        expect=(),
+    ),
+    Row("submit-no-job", ("-m", "jobs.submit"), kind="line", first="error: no job given; valid: healthcheck, train", expect=()),
+    Row(
+        "submit-bad-job-argument",
+        ("-m", "jobs.submit", "healthcheck", "--", "--slices", "0"),
+        kind="line",
+        first="python -m jobs.healthcheck: error: argument --slices: 0 is not allowed; use 1 or more",
+        expect=(),
+    ),
     # jobs.demo: never starts anything
-    Row("demo-unknown-topology", ("-m", "jobs.demo", "--topology", "9x9"),
-        **_job_error(DEMO, "argument --topology: '9x9' is not offered for v6e; ", V6E_TOPOLOGIES)),
-    Row("demo-slices-0", ("-m", "jobs.demo", "--slices", "0"),
-        **_job_error(DEMO, "argument --slices: 0 is not allowed; use 1 or more")),
-    Row("demo-train-steps-0", ("-m", "jobs.demo", "--train-steps", "0"),
-        **_job_error(DEMO, "argument --train-steps: 0 is not allowed; use 1 or more")),
-    Row("demo-job-timeout-negative", ("-m", "jobs.demo", "--job-timeout", "-1"),
-        **_job_error(DEMO, f"argument --job-timeout: -1 {NOT_POSITIVE}")),
-    Row("demo-reserve-timeout-nan", ("-m", "jobs.demo", "--reserve-timeout", "nan"),
-        **_job_error(DEMO, f"argument --reserve-timeout: nan {NOT_POSITIVE}")),
-    Row("demo-state-dir-is-a-file", ("-m", "jobs.demo", "--state-dir", A_FILE),
-        **_job_error(DEMO, f"argument --state-dir: {A_FILE} is not a directory; pass another --state-dir")),
+    Row(
+        "demo-unknown-topology",
+        ("-m", "jobs.demo", "--topology", "9x9"),
+        **_job_error(DEMO, "argument --topology: '9x9' is not offered for v6e; ", V6E_TOPOLOGIES),
+    ),
+    Row("demo-slices-0", ("-m", "jobs.demo", "--slices", "0"), **_job_error(DEMO, "argument --slices: 0 is not allowed; use 1 or more")),
+    Row(
+        "demo-train-steps-0",
+        ("-m", "jobs.demo", "--train-steps", "0"),
+        **_job_error(DEMO, "argument --train-steps: 0 is not allowed; use 1 or more"),
+    ),
+    Row(
+        "demo-job-timeout-negative",
+        ("-m", "jobs.demo", "--job-timeout", "-1"),
+        **_job_error(DEMO, f"argument --job-timeout: -1 {NOT_POSITIVE}"),
+    ),
+    Row(
+        "demo-reserve-timeout-nan",
+        ("-m", "jobs.demo", "--reserve-timeout", "nan"),
+        **_job_error(DEMO, f"argument --reserve-timeout: nan {NOT_POSITIVE}"),
+    ),
+    Row(
+        "demo-state-dir-is-a-file",
+        ("-m", "jobs.demo", "--state-dir", A_FILE),
+        **_job_error(DEMO, f"argument --state-dir: {A_FILE} is not a directory; pass another --state-dir"),
+    ),
     # python -m infra.doctor and python -m infra: plain argparse (usage block, then the error line)
-    Row("infra-doctor-timeout-negative", ("-m", "infra.doctor", "--timeout", "-1", "--endpoint", GUARD_ENDPOINT),
-        kind="usage", first=f"{DOCTOR}: error: argument --timeout: -1 {NOT_POSITIVE}", expect=()),
-    Row("infra-doctor-timeout-nan", ("-m", "infra.doctor", "--timeout", "nan", "--endpoint", GUARD_ENDPOINT),
-        kind="usage", first=f"{DOCTOR}: error: argument --timeout: nan {NOT_POSITIVE}", expect=()),
-    Row("infra-unknown-command", ("-m", "infra", "bogus"),
-        kind="usage", first=f"{INFRA}: error: argument command: invalid choice: 'bogus' (choose from ",
-        expect=("manifests", "show", "envs")),
+    Row(
+        "infra-doctor-timeout-negative",
+        ("-m", "infra.doctor", "--timeout", "-1", "--endpoint", GUARD_ENDPOINT),
+        kind="usage",
+        first=f"{DOCTOR}: error: argument --timeout: -1 {NOT_POSITIVE}",
+        expect=(),
+    ),
+    Row(
+        "infra-doctor-timeout-nan",
+        ("-m", "infra.doctor", "--timeout", "nan", "--endpoint", GUARD_ENDPOINT),
+        kind="usage",
+        first=f"{DOCTOR}: error: argument --timeout: nan {NOT_POSITIVE}",
+        expect=(),
+    ),
+    Row(
+        "infra-unknown-command",
+        ("-m", "infra", "bogus"),
+        kind="usage",
+        first=f"{INFRA}: error: argument command: invalid choice: 'bogus' (choose from ",
+        expect=("manifests", "show", "envs"),
+    ),
 ]
 
 ROWS = _config_rows() + ARG_ROWS
@@ -288,7 +421,11 @@ def _git_status() -> list[str]:
     # --no-optional-locks: a status must not refresh (write) the index of a tree others work in.
     out = subprocess.run(
         ["git", "--no-optional-locks", "status", "--porcelain", "--untracked-files=all"],
-        cwd=REPO, capture_output=True, text=True, timeout=60, check=True,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     ).stdout
     return sorted(line for line in out.splitlines() if "__pycache__" not in line)
 
@@ -363,7 +500,7 @@ def sweep(tmp_path_factory) -> Sweep:
     git_before, tree_before = _git_status(), _tree()
     workers = min(8, (os.cpu_count() or 2) + 2)
     with ThreadPoolExecutor(workers) as pool:
-        outcomes = dict(zip((r.id for r in ROWS), pool.map(lambda r: _run(r, work, configs, a_file, empty_bin), ROWS)))
+        outcomes = dict(zip((r.id for r in ROWS), pool.map(lambda r: _run(r, work, configs, a_file, empty_bin), ROWS), strict=False))
     return Sweep(outcomes, git_before, _git_status(), _tree() - tree_before)
 
 

@@ -1,7 +1,7 @@
 """The KubeRay `ray.io/v1` RayService that serves the environment's LLM (`serving` in its config).
 
 - `serveConfigV2`: one application, `jobs.serve:build_app` with `args: {env: NAME}`: Ray Serve LLM's
-  OpenAI app, the LLMConfig derived from the config (jobs.serve.llm_config_kwargs).
+  OpenAI app, the LLMConfig derived from the config (infra.serving.llm_config_kwargs).
 - `rayClusterConfig`: the RayCluster's head group and the TPU worker group of `serving.slice_group`
   (infra.manifests.raycluster), with `serving.replicas` slices: one replica per whole slice. Those
   slices are the RayService's alone (the RayCluster gets the group's other slices), and its worker
@@ -9,14 +9,14 @@
   `<groupName>-<replica>` across every RayCluster in the namespace.
 - Every pod mounts the environment's bucket with the GCS FUSE CSI driver at /gcs: the weights of a
   `gs://` model are read from there, the XLA compile cache is written there (so a restarted replica
-  skips most of the compilation), and the repo's `infra/` and `jobs/` are imported from there
+  skips most of the compilation), and the repo's `infra/` and `jobs/` are loaded from there
   (`CODE_DIR`, uploaded by `python -m jobs.serve --print-code-sync`). Its Workload Identity
   service account is the RayCluster's.
 - `/dev/shm` is a memory emptyDir (vLLM and Ray's object store use shared memory).
 - A Hugging Face token only ever comes from a Secret (`serving.hf_token_secret`, key HF_TOKEN).
 
 The image is `serving.image` where the config has one, else Ray's Python 3.12 image with
-vllm-tpu installed by the application's runtime env (jobs.serve.serve_image / serve_pip).
+vllm-tpu installed by the application's runtime env (infra.serving.serve_image / serve_pip).
 """
 
 from __future__ import annotations
@@ -28,11 +28,12 @@ import yaml
 
 from infra.config import ConfigError, Environment
 from infra.manifests.raycluster import head_group, labels, tpu_worker_group
-from jobs.serve import (
+from infra.serving import (
     APP_NAME,
     BUCKET_MOUNT,
     CODE_PREFIX,
     ENV_VAR,
+    SERVE_APP,
     SERVE_PORT,
     XLA_CACHE_DIR,
     ServeConfigError,
@@ -49,13 +50,15 @@ HF_TOKEN_KEY = "HF_TOKEN"
 RAY_UID, RAY_GID = 1000, 100  # the rayproject/ray images' `ray` user
 # implicit-dirs: directories made by other tools show up; the file cache (unbounded, in the
 # sidecar's cache volume) with parallel downloads makes the first read of large weights fast.
-MOUNT_OPTIONS = ",".join([
-    "implicit-dirs",
-    f"uid={RAY_UID}",
-    f"gid={RAY_GID}",
-    "file-cache:enable-parallel-downloads:true",
-    "file-cache:max-size-mb:-1",
-])
+MOUNT_OPTIONS = ",".join(
+    [
+        "implicit-dirs",
+        f"uid={RAY_UID}",
+        f"gid={RAY_GID}",
+        "file-cache:enable-parallel-downloads:true",
+        "file-cache:max-size-mb:-1",
+    ]
+)
 # The sidecar gets no CPU/memory/ephemeral-storage limits: model loading is bursty.
 FUSE_ANNOTATIONS = {
     "gke-gcsfuse/volumes": "true",
@@ -87,13 +90,15 @@ def serve_config(env: Environment) -> dict[str, Any]:
     return {
         "proxy_location": "EveryNode",
         "http_options": {"host": "0.0.0.0", "port": SERVE_PORT},
-        "applications": [{
-            "name": APP_NAME,
-            "route_prefix": "/",
-            "import_path": "jobs.serve:build_app",
-            "args": {"env": env.name},
-            "runtime_env": runtime_env,
-        }],
+        "applications": [
+            {
+                "name": APP_NAME,
+                "route_prefix": "/",
+                "import_path": SERVE_APP,
+                "args": {"env": env.name},
+                "runtime_env": runtime_env,
+            }
+        ],
     }
 
 
@@ -104,15 +109,19 @@ def _pod_env(env: Environment) -> list[dict[str, Any]]:
         {"name": "VLLM_XLA_CACHE_PATH", "value": f"{BUCKET_MOUNT}/{XLA_CACHE_DIR}"},
     ]
     if env.serving and env.serving.hf_token_secret:
-        out.append({"name": HF_TOKEN_KEY, "valueFrom": {"secretKeyRef": {
-            "name": env.serving.hf_token_secret, "key": HF_TOKEN_KEY}}})
+        out.append({"name": HF_TOKEN_KEY, "valueFrom": {"secretKeyRef": {"name": env.serving.hf_token_secret, "key": HF_TOKEN_KEY}}})
     return out
 
 
 def _volumes(env: Environment) -> list[dict[str, Any]]:
     return [
-        {"name": BUCKET_VOLUME, "csi": {"driver": "gcsfuse.csi.storage.gke.io", "volumeAttributes": {
-            "bucketName": env.bucket_name, "mountOptions": MOUNT_OPTIONS}}},
+        {
+            "name": BUCKET_VOLUME,
+            "csi": {
+                "driver": "gcsfuse.csi.storage.gke.io",
+                "volumeAttributes": {"bucketName": env.bucket_name, "mountOptions": MOUNT_OPTIONS},
+            },
+        },
         {"name": FUSE_CACHE_VOLUME, "emptyDir": {}},
         {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}},
     ]
@@ -166,7 +175,10 @@ def ray_service(env: Environment) -> dict[str, Any]:
     return {
         "apiVersion": "ray.io/v1",
         "kind": "RayService",
-        "metadata": {"name": ray_service_name(env), "namespace": env.ray.namespace,
-                     "labels": {**labels(env), "ray-tpu-gke/serving": "true"}},
+        "metadata": {
+            "name": ray_service_name(env),
+            "namespace": env.ray.namespace,
+            "labels": {**labels(env), "ray-tpu-gke/serving": "true"},
+        },
         "spec": spec,
     }

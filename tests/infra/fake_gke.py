@@ -1,7 +1,7 @@
 """A local stand-in for the GKE v1 REST API, and what a correct deploy of a config looks like in it.
 
 `render_cluster` / `render_node_pools` write the JSON GKE returns (camelCase, enums by name) for a
-cluster deployed exactly as `infra/components` declares it; tests mutate those dicts to make drift.
+cluster deployed exactly as `infra/cdk/components` declares it; tests mutate those dicts to make drift.
 `FakeGke` serves them over real HTTP on 127.0.0.1 so the real `ClusterManagerClient` (REST) talks
 to it unmodified.
 """
@@ -47,14 +47,19 @@ def render_node_pools(env: Environment) -> list[dict]:
         return []
     cpu = env.cpu_pool
     pools = [
-        _pool(env, CPU_POOL_NAME, {"machineType": cpu.machine_type, "diskSizeGb": cpu.disk_size_gb},
-              initial=cpu.min_nodes or 1, autoscaling={"enabled": True, "minNodeCount": cpu.min_nodes, "maxNodeCount": cpu.max_nodes})
+        _pool(
+            env,
+            CPU_POOL_NAME,
+            {"machineType": cpu.machine_type, "diskSizeGb": cpu.disk_size_gb},
+            initial=cpu.min_nodes or 1,
+            autoscaling={"enabled": True, "minNodeCount": cpu.min_nodes, "maxNodeCount": cpu.max_nodes},
+        )
     ]
     return pools + [_tpu_pool(env, plan) for plan in tpu_pool_plans(env)]
 
 
 def _tpu_pool(env: Environment, plan: TpuPoolPlan) -> dict:
-    # Mirrors infra/components/tpu_node_pools.py: capacity_settings and _placement.
+    # Mirrors infra/cdk/components/tpu_node_pools.py: capacity_settings and _placement.
     config: dict = {"machineType": plan.machine_type, "gvnic": {"enabled": True}}
     extra: dict = {}
     no_reservation = {"consumeReservationType": "NO_RESERVATION"}
@@ -78,12 +83,22 @@ def _tpu_pool(env: Environment, plan: TpuPoolPlan) -> dict:
         if plan.autoscaled
         else None
     )
-    return _pool(env, plan.name, config, initial=plan.initial_nodes, autoscaling=autoscaling, zone=plan.zone,
-                 auto_repair=plan.auto_repair, **extra)
+    return _pool(
+        env, plan.name, config, initial=plan.initial_nodes, autoscaling=autoscaling, zone=plan.zone, auto_repair=plan.auto_repair, **extra
+    )
 
 
-def _pool(env: Environment, name: str, config: dict, *, initial: int, autoscaling: dict | None,
-          zone: str | None = None, auto_repair: bool = True, **extra) -> dict:
+def _pool(
+    env: Environment,
+    name: str,
+    config: dict,
+    *,
+    initial: int,
+    autoscaling: dict | None,
+    zone: str | None = None,
+    auto_repair: bool = True,
+    **extra,
+) -> dict:
     pool = {
         "name": name,
         "config": {"imageType": "COS_CONTAINERD", "labels": {}, "resourceLabels": dict(env.labels), **config},
@@ -122,7 +137,7 @@ class FakeGke:
         self._stopping = threading.Event()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
         self._server.daemon_threads = True  # a handler still sleeping must not hold up shutdown
-        self._server.fake = self  # type: ignore[attr-defined]
+        self._server.fake = self
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 
     @property
@@ -162,8 +177,8 @@ class FakeGke:
 class _Handler(BaseHTTPRequestHandler):
     server: ThreadingHTTPServer
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-        fake: FakeGke = self.server.fake  # type: ignore[attr-defined]
+    def do_GET(self) -> None:  # http.server's naming
+        fake: FakeGke = self.server.fake
         fake.requests.append(self.path)
         status, body, delay = fake._answer(urlsplit(self.path).path)
         if delay and fake._stopping.wait(delay):
@@ -178,5 +193,5 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client gave up (a timeout test): nothing to answer
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: object) -> None:  # http.server's signature
         pass  # keep pytest output clean

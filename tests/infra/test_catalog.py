@@ -52,8 +52,13 @@ def test_reference_slice_is_16_chips_on_4_hosts():
 
 @pytest.mark.parametrize(
     "gen,label,tflops,hbm_gb",
-    [("tpu7x", "tpu7x", 2307, 192 * 2**30 / 1e9), ("v6e", "tpu-v6e-slice", 918, 32), ("v5e", "tpu-v5-lite-podslice", 197, 16),
-     ("v5p", "tpu-v5p-slice", 459, 95), ("v4", "tpu-v4-podslice", 275, 32 * 2**30 / 1e9)],  # Cloud TPU "TPU v4": "32 GiB"
+    [
+        ("tpu7x", "tpu7x", 2307, 192 * 2**30 / 1e9),
+        ("v6e", "tpu-v6e-slice", 918, 32),
+        ("v5e", "tpu-v5-lite-podslice", 197, 16),
+        ("v5p", "tpu-v5p-slice", 459, 95),
+        ("v4", "tpu-v4-podslice", 275, 32 * 2**30 / 1e9),
+    ],  # Cloud TPU "TPU v4": "32 GiB"
 )
 def test_generation_facts(gen, label, tflops, hbm_gb):
     g = catalog.generation(gen)
@@ -105,12 +110,15 @@ def test_pod_type_round_trips():
 # Every shape GKE offers, by xpk's generator (AI-Hypercomputer/xpk@367c838
 # src/xpk/core/system_characteristics.py, read 2026-12-03): tpu7x-standard-4t 432 topologies
 # (max_cubes 144, plus 1x1x1 on tpu7x-standard-1t), v5p 414 (max 140), v4 800 (max 64, permutations).
-@pytest.mark.parametrize("gen,count,samples", [
-    ("tpu7x", 433, ["1x1x1", "2x2x1", "4x4x4", "4x4x12", "8x16x16", "20x20x20"]),
-    ("v5p", 414, ["2x2x1", "16x16x24", "20x20x20", "4x8x256"]),
-    ("v4", 800, ["2x2x1", "4x8x4", "256x4x4", "8x8x16"]),
-    ("v6e", 8, ["1x1", "16x16"]),
-])
+@pytest.mark.parametrize(
+    "gen,count,samples",
+    [
+        ("tpu7x", 433, ["1x1x1", "2x2x1", "4x4x4", "4x4x12", "8x16x16", "20x20x20"]),
+        ("v5p", 414, ["2x2x1", "16x16x24", "20x20x20", "4x8x256"]),
+        ("v4", 800, ["2x2x1", "4x8x4", "256x4x4", "8x8x16"]),
+        ("v6e", 8, ["1x1", "16x16"]),
+    ],
+)
 def test_every_shape_xpk_offers(gen, count, samples):
     g = catalog.generation(gen)
     assert len(g.topologies) == count
@@ -132,15 +140,18 @@ def ray_tpu():
 
 
 def test_ray_topology_table_is_the_installed_one(ray_tpu):
-    from infra.platform_facts import RAY_TPU_TOPOLOGIES, RAY_VERSION_READ
     import ray
+
+    from infra.platform_facts import RAY_TPU_TOPOLOGIES, RAY_VERSION_READ
 
     assert ray.__version__ == RAY_VERSION_READ
     for g in catalog.GENERATIONS:
         assert RAY_TPU_TOPOLOGIES[g.name] == set(ray_tpu.VALID_TPU_TOPOLOGY[g.ray_version]), g.name
 
 
-RAY_SHAPES = [s for s in catalog.shapes() if s.topology in __import__("infra.platform_facts").platform_facts.RAY_TPU_TOPOLOGIES[s.generation.name]]
+RAY_SHAPES = [
+    s for s in catalog.shapes() if s.topology in __import__("infra.platform_facts").platform_facts.RAY_TPU_TOPOLOGIES[s.generation.name]
+]
 
 
 @pytest.mark.parametrize("s", RAY_SHAPES, ids=lambda s: f"{s.generation.name}-{s.topology}-{s.chips_per_host}")

@@ -79,7 +79,7 @@ def test_every_shipped_environment_loads(name):
 )
 def test_bad_value_names_field_and_choices(changes, field, expected):
     message = bad(**changes)
-    line = next((l for l in message.splitlines() if l.strip().startswith(f"- {field}:")), None)
+    line = next((ln for ln in message.splitlines() if ln.strip().startswith(f"- {field}:")), None)
     assert line is not None, f"no line for {field} in:\n{message}"
     assert expected in line, message
 
@@ -91,7 +91,7 @@ def test_duplicate_group_names():
 
 def test_several_bad_fields_give_one_line_each():
     message = bad(mode="x", zone="us-west1-a", group={"topology": "3x3"})
-    problems = [l for l in message.splitlines() if l.startswith("  - ")]
+    problems = [ln for ln in message.splitlines() if ln.startswith("  - ")]
     assert len(problems) == 3, message
 
 

@@ -14,10 +14,16 @@ from infra.config import ENVIRONMENTS_DIR, ConfigError, Environment, load_enviro
 DEV = yaml.safe_load((ENVIRONMENTS_DIR / "dev.yaml").read_text())
 
 scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(-(10**6), 10**6), st.floats(allow_nan=True),
-    st.text(max_size=20), st.sampled_from(["v6e", "4x4", "2x4", "spot", "reservation", "tpu7x", "2x2x2", "-1", "0"]),
+    st.none(),
+    st.booleans(),
+    st.integers(-(10**6), 10**6),
+    st.floats(allow_nan=True),
+    st.text(max_size=20),
+    st.sampled_from(["v6e", "4x4", "2x4", "spot", "reservation", "tpu7x", "2x2x2", "-1", "0"]),
 )
-values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=8), inner, max_size=3)), max_leaves=6)
+values = st.recursive(
+    scalars, lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=8), inner, max_size=3)), max_leaves=6
+)
 
 
 def paths(node, prefix=()):
@@ -55,7 +61,7 @@ def test_mutated_dev_config_loads_or_fails_cleanly(mutations):
     except ConfigError as err:
         lines = str(err).splitlines()
         assert lines[0] == "fuzz.yaml is not a valid environment config:"
-        assert len(lines) >= 2 and all(l.startswith("  - ") and len(l) > 6 for l in lines[1:])
+        assert len(lines) >= 2 and all(ln.startswith("  - ") and len(ln) > 6 for ln in lines[1:])
     else:
         assert isinstance(env, Environment)
         for group in env.slice_groups:  # a config that loads has shapes the catalog knows

@@ -72,9 +72,7 @@ def test_the_rendered_pool_is_the_documented_shape():
 def test_drifted_topology_names_the_pool_and_both_topologies():
     pools = render_node_pools(DEV)
     by_name(pools, "v6e-4x4-0")["placementPolicy"]["tpuTopology"] = "4x8"
-    assert drift(compare(DEV, *as_protos(render_cluster(DEV), pools))) == [
-        Finding("pool v6e-4x4-0", "tpu topology", "4x4", "4x8", False)
-    ]
+    assert drift(compare(DEV, *as_protos(render_cluster(DEV), pools))) == [Finding("pool v6e-4x4-0", "tpu topology", "4x4", "4x8", False)]
 
 
 def test_missing_and_extra_pools_are_drift_default_pool_included():
@@ -115,7 +113,9 @@ def test_missing_addons_config_reads_as_disabled():
     cluster = render_cluster(DEV)
     del cluster["addonsConfig"]
     assert {f.field for f in drift(compare(DEV, *as_protos(cluster, render_node_pools(DEV))))} == {
-        "ray operator add-on", "ray cluster logging", "ray cluster monitoring"
+        "ray operator add-on",
+        "ray cluster logging",
+        "ray cluster monitoring",
     }
 
 
@@ -158,14 +158,20 @@ def test_autoscaling_switched_on_or_off_is_drift():
 
 
 def test_flex_start_and_fixed_multihost_slices():
-    env = parse_environment({
-        "name": "qp", "project": "my-gcp-project", "region": "us-east5", "zone": "us-east5-a", "cluster_name": "qp",
-        "gke_min_version": "1.35",
-        "slice_groups": [
-            {"name": "flex", "generation": "v5p", "topology": "2x2x4", "capacity": "flex-start"},
-            {"name": "fixed", "generation": "v6e", "topology": "4x8", "slices": 2, "capacity": "spot"},
-        ],
-    })
+    env = parse_environment(
+        {
+            "name": "qp",
+            "project": "my-gcp-project",
+            "region": "us-east5",
+            "zone": "us-east5-a",
+            "cluster_name": "qp",
+            "gke_min_version": "1.35",
+            "slice_groups": [
+                {"name": "flex", "generation": "v5p", "topology": "2x2x4", "capacity": "flex-start"},
+                {"name": "fixed", "generation": "v6e", "topology": "4x8", "slices": 2, "capacity": "spot"},
+            ],
+        }
+    )
     pools = render_node_pools(env)
     assert {p["name"] for p in pools} == {"cpu", "flex-0", "fixed-0", "fixed-1"}
     assert drift(compare(env, *as_protos(render_cluster(env), pools))) == []
@@ -185,9 +191,7 @@ def test_autopilot_compares_the_cluster_only():
     cluster = render_cluster(env)
     cluster["autopilot"]["enabled"] = False
     stray = render_node_pools(DEV)  # pools are GKE's business on Autopilot: ignored
-    assert drift(compare(env, *as_protos(cluster, stray))) == [
-        Finding("cluster ray-tpu-autopilot", "mode", "autopilot", "standard", False)
-    ]
+    assert drift(compare(env, *as_protos(cluster, stray))) == [Finding("cluster ray-tpu-autopilot", "mode", "autopilot", "standard", False)]
 
 
 # --- the CLI against a local GKE -------------------------------------------------------------------
@@ -260,14 +264,34 @@ def one_line_error(err: str) -> str:
 @pytest.mark.parametrize(
     "kind, status, body, says",
     [
-        ("cluster", 403, google_error(403, "PERMISSION_DENIED", 'Required "container.clusters.get" permission(s) for '
-                                      '"projects/my-gcp-project/locations/us-east5-b/clusters/ray-tpu-dev".', "IAM_PERMISSION_DENIED"),
-         ["reading cluster projects/my-gcp-project/locations/us-east5-b/clusters/ray-tpu-dev", "403",
-          'Required "container.clusters.get"', "gcloud auth application-default login"]),
-        ("cluster", 404, google_error(404, "NOT_FOUND", "Not found: projects/my-gcp-project/locations/us-east5-b/clusters/ray-tpu-dev."),
-         ["not found", "make deploy ENV=dev"]),
-        ("nodePools", 503, google_error(503, "UNAVAILABLE", "The service is currently unavailable."),
-         ["listing the node pools of", "unavailable", "try again"]),
+        (
+            "cluster",
+            403,
+            google_error(
+                403,
+                "PERMISSION_DENIED",
+                'Required "container.clusters.get" permission(s) for "projects/my-gcp-project/locations/us-east5-b/clusters/ray-tpu-dev".',
+                "IAM_PERMISSION_DENIED",
+            ),
+            [
+                "reading cluster projects/my-gcp-project/locations/us-east5-b/clusters/ray-tpu-dev",
+                "403",
+                'Required "container.clusters.get"',
+                "gcloud auth application-default login",
+            ],
+        ),
+        (
+            "cluster",
+            404,
+            google_error(404, "NOT_FOUND", "Not found: projects/my-gcp-project/locations/us-east5-b/clusters/ray-tpu-dev."),
+            ["not found", "make deploy ENV=dev"],
+        ),
+        (
+            "nodePools",
+            503,
+            google_error(503, "UNAVAILABLE", "The service is currently unavailable."),
+            ["listing the node pools of", "unavailable", "try again"],
+        ),
         ("nodePools", 500, google_error(500, "INTERNAL", "Internal error encountered."), ["500 Internal error encountered"]),
     ],
 )
@@ -351,7 +375,8 @@ def test_default_endpoint_without_credentials_is_one_line(tmp_path):
     # (NO_GCE_CHECK is read at import, hence a subprocess).
     env = {k: v for k, v in os.environ.items() if k != "GOOGLE_APPLICATION_CREDENTIALS"}
     env.update(HOME=str(tmp_path), CLOUDSDK_CONFIG=str(tmp_path / "gcloud"), NO_GCE_CHECK="true")
-    proc = subprocess.run([sys.executable, "-m", "infra.doctor", "--env", "dev"], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "infra.doctor", "--env", "dev"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+    )
     line = one_line_error(proc.stderr)
     assert proc.returncode == 2 and "no Google credentials" in line and "gcloud auth application-default login" in line

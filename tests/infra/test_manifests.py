@@ -103,10 +103,17 @@ def test_default_requests_fit_every_machine():
     # 0.35 = 111.65, 90% -> 100. ct5lp-hightpu-1t: 48 GB = 44.70 GiB - 4.32 - 0.10 = 40.29, 90% -> 36Gi;
     # 23.87 cores, 90% -> 21. (The old default, 24 CPU / 200G, fit neither.)
     for gen, topology, machine, cpu, memory in [
-        ("v5e", "1x1", "ct5lp-hightpu-1t", "21", "36Gi"), ("v5e", "4x4", "ct5lp-hightpu-4t", "100", "151Gi"),
+        ("v5e", "1x1", "ct5lp-hightpu-1t", "21", "36Gi"),
+        ("v5e", "4x4", "ct5lp-hightpu-4t", "100", "151Gi"),
     ]:
-        data = {"name": "t", "project": "my-gcp-project", "region": "us-west4", "zone": "us-west4-a", "cluster_name": "t",
-                "slice_groups": [{"name": "g", "generation": gen, "topology": topology}]}
+        data = {
+            "name": "t",
+            "project": "my-gcp-project",
+            "region": "us-west4",
+            "zone": "us-west4-a",
+            "cluster_name": "t",
+            "slice_groups": [{"name": "g", "generation": gen, "topology": topology}],
+        }
         (group,) = ray_cluster(parse_environment(data))["spec"]["workerGroupSpecs"]
         requests = group["template"]["spec"]["containers"][0]["resources"]["requests"]
         assert (requests["cpu"], requests["memory"]) == (cpu, memory), machine

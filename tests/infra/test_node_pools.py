@@ -9,7 +9,11 @@ from infra.node_pools import tpu_pool_plans
 def env_with(region="us-east5", zone="us-east5-b", **group):
     return parse_environment(
         {
-            "name": "t", "project": "my-gcp-project", "region": region, "zone": zone, "cluster_name": "c",
+            "name": "t",
+            "project": "my-gcp-project",
+            "region": region,
+            "zone": zone,
+            "cluster_name": "c",
             "gke_min_version": "1.35",
             "slice_groups": [{"name": "g", "generation": "v6e", "topology": "4x4", **group}],
         }

@@ -117,7 +117,11 @@ def test_ray_must_know_the_topology_to_reserve_it():
 # --- as a config meets them ----------------------------------------------------------------------
 
 BASE = {
-    "name": "t", "project": "my-gcp-project", "region": "us-east5", "zone": "us-east5-b", "cluster_name": "t",
+    "name": "t",
+    "project": "my-gcp-project",
+    "region": "us-east5",
+    "zone": "us-east5-b",
+    "cluster_name": "t",
     "slice_groups": [{"name": "g", "generation": "v6e", "topology": "4x4"}],
 }
 
@@ -137,8 +141,9 @@ def test_config_errors_name_the_field_and_the_valid_choices():
     assert line.endswith("set slice_groups[0].unlisted_zone_ok: true")
     (line,) = problems(group={"zone": "us-east5-a"})
     assert line.startswith("slice_groups[0].zone: zone us-east5-a is outside the zonal cluster's zone us-east5-b")
-    lines = problems(group={"generation": "v5e", "topology": "1x1", "pod_cpu": "24", "pod_memory": "200G"},
-                     region="us-west4", zone="us-west4-a")
+    lines = problems(
+        group={"generation": "v5e", "topology": "1x1", "pod_cpu": "24", "pod_memory": "200G"}, region="us-west4", zone="us-west4-a"
+    )
     assert [line.split(":")[0] for line in lines] == ["slice_groups[0].pod_cpu", "slice_groups[0].pod_memory"]
     (line,) = problems(group={"capacity": "queued-provisioning"})
     assert line.startswith("slice_groups[0].capacity: queued-provisioning pools only scale up for ProvisioningRequests")
@@ -146,8 +151,12 @@ def test_config_errors_name_the_field_and_the_valid_choices():
     (line,) = problems(group={"capacity": "flex-start"})
     assert line.startswith("gke_min_version: flex-start TPUs needs GKE 1.33.0-gke.1712000")
     # No zone can make flex-start exist for v4, so no zone override is offered for it.
-    lines = problems(group={"generation": "v4", "topology": "2x2x1", "capacity": "flex-start", "unlisted_zone_ok": True},
-                     region="us-central2", zone="us-central2-b", gke_min_version="1.35")
+    lines = problems(
+        group={"generation": "v4", "topology": "2x2x1", "capacity": "flex-start", "unlisted_zone_ok": True},
+        region="us-central2",
+        zone="us-central2-b",
+        gke_min_version="1.35",
+    )
     assert lines == [lines[0]] and lines[0].startswith("slice_groups[0].capacity: flex-start does not support v4")
     assert "unlisted_zone_ok" not in lines[0]
 
@@ -161,8 +170,7 @@ def test_an_unlisted_zone_is_accepted_on_request_with_a_warning():
 
 
 def test_a_regional_cluster_puts_each_group_in_its_own_zone():
-    data = copy.deepcopy(BASE) | {"region": "us-central1", "zone": "us-central1-b", "cluster_type": "regional",
-                                  "gke_min_version": "1.35"}
+    data = copy.deepcopy(BASE) | {"region": "us-central1", "zone": "us-central1-b", "cluster_type": "regional", "gke_min_version": "1.35"}
     data["slice_groups"] = [
         {"name": "trillium", "generation": "v6e", "topology": "4x4"},
         {"name": "ironwood", "generation": "tpu7x", "topology": "2x2x2", "zone": "us-central1-c"},
@@ -170,4 +178,7 @@ def test_a_regional_cluster_puts_each_group_in_its_own_zone():
     ]
     env = parse_environment(data)
     assert env.location == "us-central1" and [env.group_zone(g) for g in env.slice_groups] == [
-        "us-central1-b", "us-central1-c", "us-central1-a"]
+        "us-central1-b",
+        "us-central1-c",
+        "us-central1-a",
+    ]

@@ -38,8 +38,9 @@ def kind_of(group: dict) -> str:
 @pytest.fixture(scope="module")
 def printed(sweep_paths) -> dict[str, list[dict]]:
     def run(path: Path) -> tuple[str, list[dict]]:
-        proc = subprocess.run([sys.executable, "-m", "infra", "manifests", "--env", str(path)], cwd=REPO,
-                              capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(
+            [sys.executable, "-m", "infra", "manifests", "--env", str(path)], cwd=REPO, capture_output=True, text=True, timeout=600
+        )
         assert proc.returncode == 0, proc.stderr[-2000:]
         return path.stem, list(yaml.load_all(proc.stdout, Loader=yaml.CSafeLoader))
 

@@ -1,8 +1,11 @@
-"""Shared set-up for the jobs tests: Ray's files in a short tmp dir, no token file, no usage stats.
+"""Shared set-up for the jobs tests: Ray's files in a short tmp dir, no token file, no usage stats,
+and one simulated v6e 4x4 slice that the cluster tests share (`shared_slice`).
 
 Set for this package only (and restored after it), so other test packages keep their own Ray
-settings. Cluster fixtures live in the modules that need them (one simulated cluster per module
-at most: starting one costs 15-35 s on 2 cores); `tests/jobs/sim.py` builds them.
+settings. Starting a simulated cluster costs 15-35 s on 2 cores, so the modules that need one whole
+v6e 4x4 slice share this one; a module that needs another shape builds its own with
+`tests/jobs/sim.py`. Modules that start a `jobs.local` cluster disconnect this driver first
+(`ray.shutdown()`); `shared_slice` reconnects it.
 """
 
 from __future__ import annotations
@@ -11,8 +14,14 @@ import shutil
 import tempfile
 
 import pytest
+import ray
 
-from tests.jobs.sim import patched_environ
+from jobs.runtime.inventory import wait_for_slices
+from tests.jobs.sim import SHARED_SHAPE, SHARED_SLICE, SimCluster, SimHost, patched_environ, simulated_cluster, slice_hosts
+
+# Bound on the slice being whole and idle again before a test gets it (a host re-added after a
+# test removed it registers in a few seconds).
+RESTORE_S = 120.0
 
 
 @pytest.fixture(scope="package", autouse=True)
@@ -30,3 +39,23 @@ def ray_tmp():
             yield tmp
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture(scope="package")
+def _shared_cluster(ray_tmp):
+    with simulated_cluster(slice_hosts(SHARED_SHAPE, SHARED_SLICE)) as sim:
+        yield sim
+
+
+@pytest.fixture
+def shared_slice(_shared_cluster: SimCluster) -> SimCluster:
+    """The shared v6e 4x4 slice, whole and idle, with this driver connected to it. A test may remove,
+    kill or re-add its hosts: the next test gets the missing ones back."""
+    sim = _shared_cluster
+    if not ray.is_initialized():
+        ray.init(address=sim.cluster.address, logging_level="warning", log_to_driver=False)
+    for worker_id in range(SHARED_SHAPE.hosts):
+        if (SHARED_SLICE, worker_id) not in sim.nodes:
+            sim.add_host(SimHost(SHARED_SHAPE, SHARED_SLICE, worker_id))
+    wait_for_slices(SHARED_SHAPE, 1, RESTORE_S)
+    return sim

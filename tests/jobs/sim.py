@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence
 
 import ray
 from ray.cluster_utils import Cluster
 
 from infra import catalog
 from jobs.local import host_env
+
+# The one whole slice the cluster tests share (tests/jobs/conftest.py: `shared_slice`).
+SHARED_SHAPE = catalog.shape("v6e", "4x4")
+SHARED_SLICE = "sim-4x4"
 
 
 @dataclass(frozen=True)
@@ -69,7 +73,9 @@ def patched_environ(values: dict[str, str]) -> Iterator[None]:
 
 @contextlib.contextmanager
 def simulated_cluster(hosts: Sequence[SimHost], head_cpus: int = 4) -> Iterator[SimCluster]:
-    """Start a head plus one raylet per host, connect the driver, and always tear it all down."""
+    """Start a head plus one raylet per host, connect the driver (from whatever cluster it was
+    connected to: `shared_slice` reconnects it), and always tear it all down."""
+    ray.shutdown()
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": head_cpus, "object_store_memory": 128 * 2**20})
     sim = SimCluster(cluster)
     try:

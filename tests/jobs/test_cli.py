@@ -8,11 +8,14 @@ import subprocess
 import sys
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from infra import catalog
 from infra.config import load_environment
-from jobs import REPO_ROOT, cli, healthcheck, local, train
+from jobs import REPO_ROOT, cli, healthcheck
+from jobs.local import __main__ as local_cli
+from jobs.train import __main__ as train
 
 
 def resolve(argv, reserve_timeout=True):
@@ -78,7 +81,7 @@ def test_train_checks_its_own_flags_against_the_slice(capsys):
 
 
 def test_local_up_validates_the_same_flags(capsys):
-    err = bad(local.main, ["up", "--generation", "v9"], capsys)
+    err = bad(local_cli.main, ["up", "--generation", "v9"], capsys)
     assert "--generation" in err
 
 

@@ -8,17 +8,17 @@ import pytest
 
 from infra import catalog
 from jobs import healthcheck
+from tests.jobs.sim import SHARED_SLICE
 
-from .sim import simulated_cluster, slice_hosts
+pytestmark = pytest.mark.cluster
 
 SHAPE = catalog.shape("v6e", "4x4")
 FLAGS = ["--generation", "v6e", "--topology", "4x4", "--payload-mb", "1", "--iters", "2"]
 
 
-@pytest.fixture(scope="module")
-def sim():
-    with simulated_cluster(slice_hosts(SHAPE, "sim-hc")) as cluster:
-        yield cluster
+@pytest.fixture
+def sim(shared_slice):
+    return shared_slice
 
 
 def test_all_reduce_over_16_devices_of_4_processes_is_right(sim, capsys):
@@ -35,8 +35,8 @@ def test_all_reduce_over_16_devices_of_4_processes_is_right(sim, capsys):
 
 
 def test_a_slice_missing_a_host_fails_with_the_missing_worker_id(sim, capsys):
-    sim.remove_host("sim-hc", 3)
+    sim.remove_host(SHARED_SLICE, 3)
     assert healthcheck.main([*FLAGS, "--reserve-timeout", "2"]) == 1
     err = capsys.readouterr().err
     assert "healthcheck FAILED" in err
-    assert "slice sim-hc has hosts 0,1,2 of 4 (missing worker id 3)" in err
+    assert f"slice {SHARED_SLICE} has hosts 0,1,2 of 4 (missing worker id 3)" in err

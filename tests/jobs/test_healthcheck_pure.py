@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from infra import catalog
 from jobs.healthcheck import HostReport, allreduce_is_correct, bus_bandwidth, check, expected_sum, summarize

@@ -6,10 +6,11 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-from pathlib import Path
 
 from infra.config import load_environment
-from jobs.submit import EXCLUDES, REPO, credentials_command, runtime_env, shape_args
+from jobs import REPO_ROOT as REPO
+from jobs.client.uploads import EXCLUDES, runtime_env
+from jobs.submit import credentials_command, shape_args
 
 
 def run(*args: str, path: str | None = None) -> subprocess.CompletedProcess:
@@ -25,7 +26,15 @@ def test_job_gets_the_config_shape_and_runtime_env():
     # The image carries JAX (ray.tpu_images): a job's runtime env holds only what it adds, and dev adds nothing.
     assert "pip" not in rt and env.ray.job_pip == [] and rt["env_vars"] == {"EXTRA": "1"}
     assert credentials_command(env) == [
-        "gcloud", "container", "clusters", "get-credentials", "ray-tpu-dev", "--location", "us-east5-b", "--project", "my-gcp-project",
+        "gcloud",
+        "container",
+        "clusters",
+        "get-credentials",
+        "ray-tpu-dev",
+        "--location",
+        "us-east5-b",
+        "--project",
+        "my-gcp-project",
         "--dns-endpoint",  # the IAM-guarded endpoint laptops and Cloud Build reach
     ]
 
@@ -59,7 +68,10 @@ def test_bad_arguments():
 def test_print_credentials_command():
     proc = run("--print-credentials-command", "--env", "prod")
     assert proc.returncode == 0
-    assert proc.stdout.strip() == "gcloud container clusters get-credentials ray-tpu-prod --location us-central1 --project my-gcp-project --dns-endpoint"  # regional
+    assert (
+        proc.stdout.strip()
+        == "gcloud container clusters get-credentials ray-tpu-prod --location us-central1 --project my-gcp-project --dns-endpoint"
+    )  # regional
 
 
 def test_the_jobs_own_arguments_are_checked_before_anything_is_submitted():

@@ -1,0 +1,110 @@
+"""TPU slice node pools, from `infra.node_pools.tpu_pool_plans`.
+
+Multi-host pools are placed COMPACT with `tpu_topology`, except TPU7x (Ironwood), whose multi-host
+pools name a workload policy (a compute resource policy of type HIGH_THROUGHPUT with the
+accelerator topology) instead. Capacity maps to spot VMs, reservation affinity or flex-start. Each
+pool lives in its group's zone; fixed pools set only `node_count`, autoscaled ones
+`initial_node_count` plus autoscaling (infra.node_pools says why).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cdktf_cdktf_provider_google.compute_resource_policy import (
+    ComputeResourcePolicy,
+    ComputeResourcePolicyWorkloadPolicy,
+)
+from cdktf_cdktf_provider_google.container_node_pool import (
+    ContainerNodePool,
+    ContainerNodePoolAutoscaling,
+    ContainerNodePoolNodeConfigGvnic,
+    ContainerNodePoolNodeConfigReservationAffinity,
+    ContainerNodePoolPlacementPolicy,
+)
+from constructs import Construct
+
+from infra.cdk.components.node_defaults import management, node_config
+from infra.config import Environment
+from infra.names import SLICE_GROUP_LABEL
+from infra.node_pools import TpuPoolPlan, tpu_pool_plans
+from infra.platform_facts import BOOT_DISK_TYPES
+
+
+def capacity_settings(plan: TpuPoolPlan) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(node_config fields, node pool fields) for the plan's capacity."""
+    if plan.capacity == "spot":
+        return {"spot": True}, {}
+    if plan.capacity == "reservation":
+        return {
+            "reservation_affinity": ContainerNodePoolNodeConfigReservationAffinity(
+                consume_reservation_type="SPECIFIC_RESERVATION",
+                key="compute.googleapis.com/reservation-name",
+                values=[plan.reservation],
+            )
+        }, {}
+    if plan.capacity == "flex-start":
+        no_reservation = ContainerNodePoolNodeConfigReservationAffinity(consume_reservation_type="NO_RESERVATION")
+        return {"flex_start": True, "reservation_affinity": no_reservation}, {}
+    return {}, {}
+
+
+class TpuSlicePools(Construct):
+    def __init__(self, scope: Construct, id_: str, *, env: Environment, cluster_id: str, service_account: str) -> None:
+        super().__init__(scope, id_)
+        self.plans = tpu_pool_plans(env)
+        self.workload_policies: dict[str, ComputeResourcePolicy] = {}
+        self.pools: dict[str, ContainerNodePool] = {}
+        for plan in self.plans:
+            node_fields, pool_fields = capacity_settings(plan)
+            disk_type = BOOT_DISK_TYPES.get(plan.shape.generation.name)
+            if disk_type:
+                node_fields["disk_type"] = disk_type
+            self.pools[plan.name] = ContainerNodePool(
+                self,
+                plan.name,
+                name=plan.name,
+                cluster=cluster_id,
+                location=env.location,
+                node_locations=[plan.zone],
+                initial_node_count=plan.initial_nodes if plan.autoscaled else None,
+                node_count=plan.fixed_nodes,
+                autoscaling=(
+                    ContainerNodePoolAutoscaling(min_node_count=plan.min_nodes, max_node_count=plan.max_nodes, location_policy="ANY")
+                    if plan.autoscaled
+                    else None
+                ),
+                placement_policy=self._placement(env, plan),
+                management=management(auto_repair=plan.auto_repair),
+                node_config=node_config(
+                    env,
+                    service_account,
+                    plan.machine_type,
+                    gvnic=ContainerNodePoolNodeConfigGvnic(enabled=True),  # TPU hosts talk DCN (multislice) over gVNIC
+                    # Worker pods select their own group's pools by this label (never another group's
+                    # nodes of the same shape).
+                    labels={SLICE_GROUP_LABEL: plan.group},
+                    **node_fields,
+                ),
+                **pool_fields,
+            )
+
+    def _placement(self, env: Environment, plan: TpuPoolPlan) -> ContainerNodePoolPlacementPolicy | None:
+        if plan.placement == "tpu-topology":
+            return ContainerNodePoolPlacementPolicy(type="COMPACT", tpu_topology=plan.shape.topology)
+        if plan.placement == "workload-policy":
+            return ContainerNodePoolPlacementPolicy(type="COMPACT", policy_name=self._workload_policy(env, plan).name)
+        return None
+
+    def _workload_policy(self, env: Environment, plan: TpuPoolPlan) -> ComputeResourcePolicy:
+        """One HIGH_THROUGHPUT workload policy per TPU7x topology, shared by its pools."""
+        topology = plan.shape.topology
+        if topology not in self.workload_policies:
+            self.workload_policies[topology] = ComputeResourcePolicy(
+                self,
+                f"workload-policy-{topology}",
+                name=f"{env.cluster_name}-tpu7x-{topology}",
+                region=env.region,
+                workload_policy=ComputeResourcePolicyWorkloadPolicy(type="HIGH_THROUGHPUT", accelerator_topology=topology),
+            )
+        return self.workload_policies[topology]

@@ -1,0 +1,191 @@
+"""The serving spec, pure (no Ray, no vLLM): how an environment's `serving` section becomes a Ray
+Serve LLM deployment on its TPU slice group. `infra.manifests.rayservice` builds the RayService from
+it and `jobs.serve` runs the application (`SERVE_APP`) with it.
+
+How a TPU slice becomes an LLMConfig (`llm_config_kwargs`, pure and unit-tested):
+- `accelerator_type` is the catalog's Ray name (`TPU-V6E`, `TPU-V7X`, ...) and `tensor_parallel_size`
+  the slice's chips: one replica is one whole slice.
+- A single-host slice gets one `{"TPU": 1}` bundle per chip (Ray Serve LLM's default, PACK: one node).
+- A multi-host slice adds `accelerator_config={"kind": "tpu", "topology": ...}`: each replica then
+  reserves a whole slice through `ray.util.tpu.slice_placement_group` (the slice head first, then one
+  bundle per host, all with the same `ray.io/tpu-slice-name`), so a replica never straddles slices.
+- The model: a `gs://` path in the environment's bucket is read through the bucket's GCS FUSE mount
+  (BUCKET_MOUNT, mounted by the RayService) when the mount is there, else Ray Serve LLM downloads it
+  from GCS; a Hugging Face id is downloaded by vLLM (HF_TOKEN from the pod's environment).
+- The XLA compile cache lives in the bucket too (`<mount>/xla-cache/<model>`), so replicas after the
+  first skip most of the compilation.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from infra import REPO_ROOT, catalog
+from infra.config import Environment, Serving
+
+# The repo root: its `infra/` and `jobs/` are what the serving cluster runs (CODE_PACKAGES).
+# The Serve application builder that the RayService's serveConfigV2 names (`args: {env: NAME}`).
+SERVE_APP = "jobs.serve:build_app"
+
+APP_NAME = "llm"
+SERVE_PORT = 8000
+# Where the RayService mounts the environment's bucket (GCS FUSE) in every Ray pod.
+BUCKET_MOUNT = "/gcs"
+BUCKET_MOUNT_ENV_VAR = "RAY_TPU_GKE_BUCKET_MOUNT"  # override it for other clusters
+XLA_CACHE_DIR = "xla-cache"
+# Where the serving cluster loads this repo's packages from (its PYTHONPATH, read through the bucket
+# mount): gs://BUCKET/<CODE_PREFIX>/{infra,jobs}, uploaded by `code_sync_commands`.
+CODE_PREFIX = "code/ray-tpu-gke"
+CODE_PACKAGES = ("infra", "jobs")
+# The environment the Serve application serves when it gets no builder args (`jobs.serve:app`).
+ENV_VAR = "RAY_TPU_GKE_ENV"
+# The vLLM TPU engine (Python 3.12 only; pulls tpu-inference, JAX and libtpu): installed by the
+# RayService's runtime env unless the serving image already has it.
+VLLM_TPU_REQUIREMENT = "vllm-tpu==0.29.0"
+SERVE_PYTHON = "py312"
+
+# What a local CPU replica needs to stay offline and inside the repo's build dir.
+OFFLINE_ENV_VARS = (
+    "HF_HUB_OFFLINE",
+    "TRANSFORMERS_OFFLINE",
+    "HF_HOME",
+    "VLLM_CACHE_ROOT",
+    "VLLM_CPU_KVCACHE_SPACE",
+    "VLLM_NO_USAGE_STATS",
+    "XDG_CACHE_HOME",
+    "DO_NOT_TRACK",
+    "RAY_USAGE_STATS_ENABLED",
+    "TOKENIZERS_PARALLELISM",
+    "VLLM_CPU_OMP_THREADS_BIND",
+)
+
+
+class ServeConfigError(ValueError):
+    """The environment's serving section cannot be turned into a Ray Serve LLM deployment."""
+
+
+def served_model_id(serving: Serving) -> str:
+    """The name clients put in `model`: the last path part of a gs:// model, else the HF id."""
+    if serving.model.startswith("gs://"):
+        return serving.model.rstrip("/").rsplit("/", 1)[-1]
+    return serving.model
+
+
+def mounted_path(gs_uri: str, bucket_mount: str) -> str:
+    """gs://BUCKET/models/x -> <mount>/models/x (the mount is the bucket's root)."""
+    _, _, path = gs_uri[len("gs://") :].partition("/")
+    return f"{bucket_mount.rstrip('/')}/{path.rstrip('/')}"
+
+
+def tpu_placement(shape: catalog.SliceShape) -> dict[str, Any]:
+    """The LLMConfig fields that put one replica on one whole slice of `shape`."""
+    if shape.multi_host and shape.chips <= 8 and 8 in shape.generation.single_host_chips_per_host:
+        # Ray (ray._private.accelerators.tpu.get_chips_per_host) takes v5e/v6e shapes of up to 8
+        # chips for single-host ones, so it would ask for one 8-chip bundle that no 4-chip host has.
+        raise ServeConfigError(
+            f"{shape}: Ray Serve LLM reserves v5e/v6e {shape.topology} slices as one 8-chip host; "
+            f"serve on the single-host cut (chips_per_host: 8) or on a larger multi-host topology"
+        )
+    out: dict[str, Any] = {
+        "accelerator_type": shape.generation.ray_accelerator_type,
+        "tensor_parallel_size": shape.chips,
+    }
+    if shape.multi_host:
+        out["accelerator_config"] = {"kind": "tpu", "topology": shape.topology}
+    return out
+
+
+def llm_config_kwargs(env: Environment, bucket_mount: str | None = BUCKET_MOUNT) -> dict[str, Any]:
+    """`ray.serve.llm.LLMConfig(**kwargs)` for the environment's serving section (TPU).
+
+    `bucket_mount`: where the environment's bucket is mounted on the Ray nodes, or None when it is
+    not (a gs:// model is then downloaded by Ray Serve LLM and the XLA cache stays local).
+    """
+    serving = env.serving
+    if serving is None:
+        raise ServeConfigError(f"environment {env.name!r} has no serving section (see infra/config.py: Serving)")
+    group = env.slice_group(serving.slice_group)
+    # serving.replicas <= the group's slices is a config rule (infra.rules.serving_budget).
+    placement = tpu_placement(group.shape)
+    model_id = served_model_id(serving)
+    if serving.model.startswith("gs://") and bucket_mount:
+        source = mounted_path(serving.model, bucket_mount)
+    else:
+        source = serving.model
+    env_vars = {}
+    if bucket_mount:
+        cache = f"{bucket_mount.rstrip('/')}/{XLA_CACHE_DIR}/{model_id.replace('/', '--')}"
+        env_vars = {"VLLM_XLA_CACHE_PATH": cache, "JAX_COMPILATION_CACHE_DIR": cache}
+    kwargs: dict[str, Any] = {
+        "model_loading_config": {"model_id": model_id, "model_source": source},
+        "accelerator_type": placement["accelerator_type"],
+        "engine_kwargs": {
+            "tensor_parallel_size": placement["tensor_parallel_size"],
+            "max_model_len": serving.max_model_len,
+        },
+        "deployment_config": {"num_replicas": serving.replicas},
+    }
+    if "accelerator_config" in placement:
+        kwargs["accelerator_config"] = placement["accelerator_config"]
+    if env_vars:
+        kwargs["runtime_env"] = {"env_vars": env_vars}
+    return kwargs
+
+
+def cpu_llm_config_kwargs(
+    model_dir: str | Path,
+    model_id: str = "tiny-llama",
+    max_model_len: int = 512,
+    env_vars: dict[str, str] | None = None,
+    num_replicas: int = 1,
+) -> dict[str, Any]:
+    """A CPU deployment of a local HF model (the demo, the tests and the benchmark): one CPU bundle
+    makes Ray Serve LLM pick its CPU backend; eager mode skips a ~50 s torch.compile at start."""
+    out: dict[str, Any] = {
+        "model_loading_config": {"model_id": model_id, "model_source": str(Path(model_dir).resolve())},
+        "placement_group_config": {"bundles": [{"CPU": 1}]},
+        "engine_kwargs": {"max_model_len": max_model_len, "dtype": "float32", "enforce_eager": True},
+        "deployment_config": {"num_replicas": num_replicas},
+    }
+    if env_vars:
+        out["runtime_env"] = {"env_vars": dict(env_vars)}
+    return out
+
+
+def offline_env_vars() -> dict[str, str]:
+    """The offline/cache variables of this process, for replicas (runtime_env.env_vars)."""
+    return {k: os.environ[k] for k in OFFLINE_ENV_VARS if k in os.environ}
+
+
+def serve_image(env: Environment) -> str:
+    """The image of the serving cluster: `serving.image` where the config has one, else Ray's own
+    Python 3.12 image (vllm-tpu is cp312-only) with vllm-tpu installed by the runtime env."""
+    explicit = getattr(env.serving, "image", None)
+    if explicit:
+        return explicit
+    return f"rayproject/ray:{env.ray.version}-{SERVE_PYTHON}"
+
+
+def serve_pip(env: Environment) -> list[str]:
+    """What the serving app's runtime env installs: vllm-tpu unless the image is the user's own."""
+    return [] if getattr(env.serving, "image", None) else [VLLM_TPU_REQUIREMENT]
+
+
+def code_sync_commands(env: Environment, repo: Path = REPO_ROOT) -> list[list[str]]:
+    """The uploads that put this repo's packages where the RayService imports them from."""
+    return [
+        [
+            "gcloud",
+            "storage",
+            "rsync",
+            "--recursive",
+            "--delete-unmatched-destination-objects",
+            "--exclude",
+            r".*__pycache__.*|.*\.pyc$",
+            str(repo / pkg),
+            f"gs://{env.bucket_name}/{CODE_PREFIX}/{pkg}",
+        ]
+        for pkg in CODE_PACKAGES
+    ]

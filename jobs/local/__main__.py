@@ -1,0 +1,83 @@
+"""`python -m jobs.local up | status | down`: see `jobs.local`."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Sequence
+
+from jobs.cli import JobArgumentParser, add_slice_flags, positive_int, positive_seconds, resolve_target
+from jobs.local.cluster import DEFAULT_STATE_DIR, LocalClusterError, down, status, up
+from jobs.local.env import state_dir_problem
+
+
+def _parser() -> JobArgumentParser:
+    parser = JobArgumentParser(
+        prog="python -m jobs.local",
+        description="A simulated TPU slice on this machine: a real local Ray cluster, one raylet per simulated host.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=JobArgumentParser)
+    start = sub.add_parser("up", help="start a simulated slice")
+    add_slice_flags(start, reserve_timeout=False)
+    start.add_argument("--timeout", type=positive_seconds, default=90.0, metavar="SECONDS", help="per-node start timeout")
+    start.add_argument("--host-cpus", type=positive_int, default=2, help="logical CPUs per simulated host")
+    start.add_argument("--object-store-mb", type=positive_int, default=128, help="object store per node, MiB")
+    for name, text in (("status", "show the simulated slices"), ("down", "stop the simulated cluster")):
+        sub.add_parser(name, help=text)
+    for p in (parser, *sub.choices.values()):
+        p.add_argument("--state-dir", default=str(DEFAULT_STATE_DIR), help=f"default: {DEFAULT_STATE_DIR}")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(sys.argv[1:] if argv is None else list(argv))
+    try:
+        if args.command == "up":
+            target = resolve_target(parser, args)
+            problem = state_dir_problem(args.state_dir)
+            if problem:  # a bad flag: say so before anything starts
+                parser.error(f"argument --state-dir: {problem}")
+            started = time.monotonic()
+            cluster = up(
+                target.shape,
+                target.slices,
+                args.state_dir,
+                node_timeout_s=args.timeout,
+                host_cpus=args.host_cpus,
+                object_store_mb=args.object_store_mb,
+                progress=lambda m: print(f"[local] {m}", flush=True),
+            )
+            print(
+                f"[local] up in {time.monotonic() - started:.0f}s: {target.describe()}\n"
+                f"  dashboard / jobs API: {cluster.dashboard_url}\n"
+                # The nodes already run JAX on CPU, one device per chip: no runtime env needed.
+                f"  submit: ray job submit --address {cluster.dashboard_url} --working-dir . -- "
+                f"python -m jobs.healthcheck --generation {cluster.generation} --topology {cluster.topology} "
+                f"--slices {cluster.slices}\n"
+                f"  state and logs: {cluster.state_dir}"
+            )
+            return 0
+        if args.command == "status":
+            st = status(args.state_dir)
+            if st is None:
+                print(f"[local] no local cluster in {args.state_dir}")
+                return 1
+            c = st.cluster
+            print(f"[local] {c.slices} x {c.shape} at {c.dashboard_url} (GCS {c.gcs_address})")
+            for node in st.dead_nodes:
+                print(f"  DOWN: {node.describe()} (pid {node.pid}); log {node.log}")
+            for s in st.inventory:
+                print(f"  {s.describe()}")
+            print(f"  idle whole slices: {'unknown' if st.idle_slices is None else st.idle_slices}")
+            return 0 if st.healthy else 1
+        stopped = down(args.state_dir)
+        print(f"[local] stopped {len(stopped.nodes)} node(s)" if stopped else f"[local] nothing running in {args.state_dir}")
+        return 0
+    except LocalClusterError as err:
+        print(f"[local] error: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

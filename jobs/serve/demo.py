@@ -1,0 +1,322 @@
+"""What `make serve-demo` runs: the repo's tiny Llama served by the real vLLM engine through Ray Serve
+LLM on this machine (127.0.0.1), queried with the `openai` client, then torn down.
+
+  .venv-serve/bin/python -m jobs.serve_demo [--json-summary FILE] [--hold] [--timeout S]
+
+Steps: write the tiny model (jobs.serve.tiny_model) to build/serve/tiny-llama, start a local Ray with its
+files under build/serve, deploy `jobs.serve:build_app` (a CPU deployment of that model), then query
+/v1/models, a completion, a chat completion and a streamed chat completion, send three bad requests
+(unknown model, over-long prompt, malformed JSON) that must get 4xx answers, and check that the
+server still answers afterwards. Prints a summary; always shuts Serve and Ray down.
+
+Every wait is bounded: `--timeout` caps the whole run (a SIGALRM ends it and still tears down).
+`--hold` (for tests) writes the summary, then keeps serving until stdin closes or a line arrives.
+Exit status: 0 all checks passed, 1 a check failed, 3 timed out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from jobs import REPO_ROOT
+from jobs.runtime.deadlines import call_with_timeout
+from jobs.runtime.net import free_port
+
+WORK = REPO_ROOT / "build" / "serve"
+MODEL_DIR = WORK / "tiny-llama"
+MODEL_ID = "tiny-llama"
+MAX_MODEL_LEN = 512
+
+
+class DemoTimeout(Exception):
+    pass
+
+
+def offline_environment(work: Path = WORK) -> dict[str, str]:
+    """Everything Ray and vLLM would write or fetch, pointed at `work` and offline. Set before
+    importing ray or vllm; the replicas get the same through runtime_env (jobs.serve.offline_env_vars)."""
+    ray_tmp = work / "ray"
+    # Ray puts sockets at <tmp>/ray/session_<date>_<pid>/sockets/plasma_store (about 70 more bytes);
+    # a unix socket path must fit in 107.
+    if len(str(ray_tmp)) > 36:
+        ray_tmp = Path(f"/tmp/ray-tpu-gke-serve-{os.getuid()}")
+    return {
+        "RAY_TMPDIR": str(ray_tmp),
+        "RAY_AUTH_MODE": "disabled",
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "DO_NOT_TRACK": "1",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_HOME": str(work / "hf"),
+        "VLLM_CACHE_ROOT": str(work / "vllm-cache"),
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "XDG_CACHE_HOME": str(work / "cache"),
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+
+
+def apply_offline_environment(work: Path = WORK) -> dict[str, str]:
+    env = offline_environment(work)
+    os.environ.update(env)
+    for key in ("RAY_TMPDIR", "HF_HOME", "VLLM_CACHE_ROOT", "XDG_CACHE_HOME"):
+        Path(env[key]).mkdir(parents=True, exist_ok=True)
+    return env
+
+
+def ensure_model(model_dir: Path = MODEL_DIR) -> Path:
+    from jobs.serve.tiny_model import is_complete, make_tiny_model
+
+    if not is_complete(model_dir):
+        make_tiny_model(model_dir)
+    return model_dir
+
+
+def _bounded(fn, timeout_s: float, what: str) -> None:
+    """Run a teardown step in a thread so that a hang cannot keep the process alive; warn, never raise."""
+    try:
+        call_with_timeout(fn, timeout_s, what)
+    except TimeoutError as err:
+        print(f"warning: {err}", file=sys.stderr)
+    except Exception as err:
+        print(f"warning: {what} failed: {err!r}", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def local_serve(
+    model_dir: Path, *, port: int, deploy_timeout_s: float, num_cpus: int = 4, timings: dict[str, float] | None = None
+) -> Iterator[str]:
+    """A local Ray + Serve with the tiny model deployed; yields the base URL. Always tears down."""
+    import ray
+    from ray import serve
+
+    from jobs.serve.app import APP_NAME, build_app, deploy
+
+    timings = {} if timings is None else timings
+    t0 = time.monotonic()
+    ray.init(
+        address="local",
+        num_cpus=num_cpus,
+        include_dashboard=False,
+        object_store_memory=256 * 2**20,
+        log_to_driver=False,
+        configure_logging=False,
+    )
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        timings["ray_start_s"] = time.monotonic() - t0
+        t1 = time.monotonic()
+        deploy(
+            build_app({"model_dir": str(model_dir), "model_id": MODEL_ID, "max_model_len": MAX_MODEL_LEN}),
+            name=APP_NAME,
+            timeout_s=deploy_timeout_s,
+        )
+        timings["deploy_s"] = time.monotonic() - t1
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        signal.alarm(0)  # the teardown has its own bounds; a timeout must not cut it short
+        t2 = time.monotonic()
+        _bounded(serve.shutdown, 60, "serve.shutdown")
+        _bounded(ray.shutdown, 60, "ray.shutdown")
+        timings["teardown_s"] = time.monotonic() - t2
+
+
+def query(base_url: str, timeout_s: float = 60) -> dict[str, Any]:
+    """The OpenAI-client round trip: models, completion, chat, streamed chat."""
+    from openai import OpenAI
+
+    client = OpenAI(base_url=f"{base_url}/v1", api_key="not-needed", timeout=timeout_s, max_retries=0)
+    out: dict[str, Any] = {"models": [m.id for m in client.models.list().data]}
+
+    c = client.completions.create(model=MODEL_ID, prompt="The quick brown fox", max_tokens=12, temperature=0)
+    out["completion"] = {
+        "text": c.choices[0].text,
+        "finish_reason": c.choices[0].finish_reason,
+        "completion_tokens": c.usage.completion_tokens if c.usage else None,
+    }
+
+    chat = client.chat.completions.create(
+        model=MODEL_ID, messages=[{"role": "user", "content": "Hello! How are you?"}], max_tokens=12, temperature=0
+    )
+    out["chat"] = {
+        "content": chat.choices[0].message.content,
+        "role": chat.choices[0].message.role,
+        "finish_reason": chat.choices[0].finish_reason,
+    }
+
+    t = time.monotonic()
+    first, chunks, pieces = None, 0, []
+    stream = client.chat.completions.create(
+        model=MODEL_ID, messages=[{"role": "user", "content": "Count with me"}], max_tokens=16, temperature=0, stream=True
+    )
+    for chunk in stream:
+        if chunk.choices and chunk.choices[0].delta.content:
+            first = first if first is not None else time.monotonic() - t
+            chunks += 1
+            pieces.append(chunk.choices[0].delta.content)
+    out["stream"] = {"chunks": chunks, "text": "".join(pieces), "ttft_s": first}
+    return out
+
+
+def bad_requests(base_url: str, timeout_s: float = 60) -> dict[str, Any]:
+    """Three requests the server must refuse with 4xx, then one it must still answer."""
+    import httpx
+
+    url = f"{base_url}/v1/completions"
+    out: dict[str, Any] = {}
+    with httpx.Client(timeout=timeout_s) as http:
+        r = http.post(url, json={"model": "no-such-model", "prompt": "hi", "max_tokens": 4})
+        out["unknown_model"] = {"status": r.status_code, "body": r.text[:300]}
+        long_prompt = "one two three four " * (MAX_MODEL_LEN // 2)  # well past max_model_len tokens
+        r = http.post(url, json={"model": MODEL_ID, "prompt": long_prompt, "max_tokens": 4})
+        out["too_long"] = {"status": r.status_code, "body": r.text[:300]}
+        r = http.post(url, content=b'{"model": "tiny-llama", "prompt": ', headers={"content-type": "application/json"})
+        out["malformed_json"] = {"status": r.status_code, "body": r.text[:300]}
+        r = http.post(url, json={"model": MODEL_ID, "prompt": "Still there?", "max_tokens": 4, "temperature": 0})
+        out["after"] = {"status": r.status_code, "text": r.json()["choices"][0]["text"] if r.status_code == 200 else r.text[:300]}
+    return out
+
+
+def checks(summary: dict[str, Any]) -> list[str]:
+    """What must hold; the failures, as sentences."""
+    q, bad = summary.get("queries", {}), summary.get("bad_requests", {})
+    failures = []
+    if MODEL_ID not in q.get("models", []):
+        failures.append(f"/v1/models does not list {MODEL_ID}: {q.get('models')}")
+    if not q.get("completion", {}).get("completion_tokens"):
+        failures.append(f"the completion produced no tokens: {q.get('completion')}")
+    if not q.get("chat", {}).get("content"):
+        failures.append(f"the chat completion is empty: {q.get('chat')}")
+    if q.get("stream", {}).get("chunks", 0) < 2:
+        failures.append(f"the stream had fewer than 2 chunks: {q.get('stream')}")
+    for name in ("unknown_model", "too_long", "malformed_json"):
+        status = bad.get(name, {}).get("status")
+        if not (isinstance(status, int) and 400 <= status < 500):
+            failures.append(f"bad request {name} got {status}, not a 4xx: {bad.get(name)}")
+    if bad.get("after", {}).get("status") != 200:
+        failures.append(f"the server did not answer after the bad requests: {bad.get('after')}")
+    return failures
+
+
+def _alarm(signum, frame):
+    raise DemoTimeout()
+
+
+def _terminate(signum, frame):
+    raise SystemExit(128 + signum)
+
+
+def _hold(timeout_s: float) -> None:
+    """Keep serving until stdin gives a line or closes (or `timeout_s`)."""
+    done = threading.Event()
+
+    def wait_for_stdin() -> None:
+        sys.stdin.readline()
+        done.set()
+
+    threading.Thread(target=wait_for_stdin, daemon=True).start()
+    done.wait(timeout_s)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m jobs.serve_demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--json-summary", type=Path, help="also write the summary here (JSON)")
+    parser.add_argument("--hold", action="store_true", help="after the checks, serve until stdin closes")
+    parser.add_argument("--hold-timeout", type=float, default=300, help="longest --hold, seconds")
+    parser.add_argument("--timeout", type=float, default=600, help="longest the whole run may take, seconds")
+    parser.add_argument("--deploy-timeout", type=float, default=300, help="longest wait for the app to run")
+    args = parser.parse_args(argv)
+
+    apply_offline_environment()
+    signal.signal(signal.SIGALRM, _alarm)
+    signal.signal(signal.SIGTERM, _terminate)
+    signal.alarm(int(args.timeout))
+    t0 = time.monotonic()
+    timings: dict[str, float] = {}
+    summary: dict[str, Any] = {"model_id": MODEL_ID, "model_dir": str(MODEL_DIR), "timings": timings}
+    status = 1
+    try:
+        t = time.monotonic()
+        ensure_model()
+        timings["model_s"] = time.monotonic() - t
+        port = free_port()
+        print(f"serve-demo: deploying {MODEL_ID} ({MODEL_DIR}) on 127.0.0.1:{port} ...", flush=True)
+        with local_serve(MODEL_DIR, port=port, deploy_timeout_s=args.deploy_timeout, timings=timings) as base_url:
+            summary["base_url"] = base_url
+            print(f"serve-demo: ready in {timings['deploy_s']:.0f} s; querying {base_url}/v1", flush=True)
+            t = time.monotonic()
+            summary["queries"] = query(base_url)
+            summary["bad_requests"] = bad_requests(base_url)
+            timings["queries_s"] = time.monotonic() - t
+            summary["failures"] = checks(summary)
+            status = 0 if not summary["failures"] else 1
+            _print_summary(summary)
+            if args.json_summary:
+                _write_json(args.json_summary, summary)
+            if args.hold:
+                print("serve-demo: holding; close stdin to stop", flush=True)
+                _hold(args.hold_timeout)
+    except DemoTimeout:
+        print(f"serve-demo: error: still running after {args.timeout:.0f} s; tearing down", file=sys.stderr, flush=True)
+        status = 3
+    except Exception as err:  # the demo reports, tears down and exits non-zero
+        print(f"serve-demo: error: {err.__class__.__name__}: {err}", file=sys.stderr, flush=True)
+        summary.setdefault("failures", []).append(f"{err.__class__.__name__}: {err}")
+        if args.json_summary and not args.json_summary.exists():
+            _write_json(args.json_summary, summary)
+        status = 1
+    finally:
+        signal.alarm(0)
+    print(
+        f"serve-demo: torn down in {timings.get('teardown_s', 0):.0f} s; total {time.monotonic() - t0:.0f} s; "
+        f"{'OK' if status == 0 else 'FAILED'}",
+        flush=True,
+    )
+    return status
+
+
+def _write_json(path: Path, summary: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(summary, indent=2))
+    tmp.replace(path)  # readers never see half a file
+
+
+def _print_summary(s: dict[str, Any]) -> None:
+    q, bad, t = s["queries"], s["bad_requests"], s["timings"]
+    print(f"  models:            {', '.join(q['models'])}")
+    print(
+        f"  completion:        {q['completion']['text']!r} ({q['completion']['completion_tokens']} tokens, "
+        f"{q['completion']['finish_reason']})"
+    )
+    print(f"  chat:              {q['chat']['content']!r}")
+    ttft = q["stream"]["ttft_s"]
+    print(
+        f"  streamed chat:     {q['stream']['chunks']} chunks, first after {ttft * 1e3:.0f} ms"
+        if ttft is not None
+        else "  streamed chat:     no chunks"
+    )
+    print(
+        "  bad requests:      "
+        + ", ".join(f"{k} -> {bad[k]['status']}" for k in ("unknown_model", "too_long", "malformed_json"))
+        + f"; then a completion -> {bad['after']['status']}"
+    )
+    print(f"  timings:           Ray {t['ray_start_s']:.0f} s, deploy {t['deploy_s']:.0f} s, queries {t['queries_s']:.1f} s")
+    for f in s["failures"]:
+        print(f"  FAILED: {f}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,194 @@
+"""The training job's flags, and what they turn into: the `TrainConfig` every worker gets, the
+`StepMetrics` a worker reports at each checkpoint, and the `TrainResult` the driver prints."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from jobs import cli
+from jobs.runtime.reruns import RetryBudget
+from jobs.train.model import ModelConfig
+
+STORAGE_ENV = "JOBS_STORAGE_PATH"
+# A step (or a batch, or a checkpoint) that takes this long is a hang. The first step includes
+# starting Ray Data and compiling, which on a big model takes minutes: leave room for it.
+DEFAULT_STEP_TIMEOUT_S = 1800.0
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything a worker needs (sent as `train_loop_config`)."""
+
+    model: dict[str, int]
+    steps: int
+    global_batch: int
+    learning_rate: float
+    warmup_steps: int
+    checkpoint_every: int
+    fsdp: int  # 0: the chips of one host
+    seed: int
+    peak_flops: float  # the slices' bf16 peak, for MFU on TPU
+    matmul_baseline: int  # >0: also time a dense matmul of this size per device, for the benchmark
+    step_timeout_s: float = 0.0  # >0: a worker silent this long reports a stall and exits
+    storage_path: str = ""  # where the run's checkpoints are (RunConfig's storage_path/name)...
+    run_name: str = ""  # ...listed to resume from the newest whole one
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
+        return cls(**{f.name: data[f.name] for f in fields(cls)})
+
+
+@dataclass(frozen=True)
+class StepMetrics:
+    """What rank 0 reports with each checkpoint (`ray.train.report` takes a dict: `asdict` of this),
+    read back by the driver from the result's metrics."""
+
+    step: int
+    start_step: int
+    loss: float
+    first_loss: float
+    step_time_s: float  # median, compile step excluded
+    compile_s: float
+    tokens_per_s: float
+    flops_per_s: float
+    mfu: float | None
+    platform: str
+    devices: int
+    processes: int
+    params: int
+    first_step_at: float
+    worker_started_at: float
+    state_built_at: float
+    matmul_flops_per_s: float | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StepMetrics:
+        return cls(**{f.name: data[f.name] for f in fields(cls)})
+
+
+class AlreadyTrained(Exception):
+    """The run's newest checkpoint is at or past --steps."""
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    run: str
+    storage_path: str
+    target: str
+    params: int
+    start_step: int  # 0 for a fresh run, the checkpoint's step when resumed
+    steps: int
+    first_loss: float  # of this run's first step
+    final_loss: float
+    step_time_s: float  # median, compile step excluded
+    compile_s: float  # the first step of this run, compilation included
+    tokens_per_s: float
+    flops_per_s: float
+    mfu: float | None  # on TPU only
+    platform: str
+    devices: int
+    processes: int
+    first_step_at: float  # wall clock when the last host entered its first step
+    driver_started_at: float  # wall clock when the job's driver (this module) began
+    fit_started_at: float  # ...and when it called JaxTrainer.fit()
+    worker_started_at: float  # wall clock when rank 0's training function began
+    state_built_at: float  # ...and when its model and optimizer were ready (sharded)
+    matmul_flops_per_s: float | None
+    checkpoint: str | None
+
+    def summary(self) -> str:
+        mfu = f"{self.mfu:.1%}" if self.mfu is not None else f"n/a on {self.platform}"
+        resumed = f"resumed at step {self.start_step}, " if self.start_step else ""
+        return "\n".join(
+            [
+                f"train {self.run}: {self.target}",
+                f"  {resumed}steps {self.start_step}->{self.steps}, loss {self.first_loss:.3f} -> {self.final_loss:.3f}",
+                f"  {self.params:,} parameters on {self.devices} {self.platform} devices in {self.processes} processes",
+                f"  step {self.step_time_s * 1e3:.1f} ms (first step {self.compile_s:.1f} s with compilation), "
+                f"{self.tokens_per_s:,.0f} tokens/s, {self.flops_per_s / 1e9:.2f} GFLOP/s, MFU {mfu}",
+                f"  checkpoint: {self.checkpoint}",
+            ]
+        )
+
+
+def mfu(flops_per_s: float, peak_flops: float, platform: str) -> float | None:
+    """Model FLOP/s over the slices' peak; only meaningful on TPU (pure)."""
+    return flops_per_s / peak_flops if platform == "tpu" and peak_flops > 0 else None
+
+
+def default_storage(target: cli.SliceTarget) -> str | None:
+    if os.environ.get(STORAGE_ENV):
+        return os.environ[STORAGE_ENV]
+    return f"gs://{target.bucket_name}/ray-train" if target.bucket_name else None
+
+
+def _parser() -> cli.JobArgumentParser:
+    p = cli.JobArgumentParser(prog="python -m jobs.train", description="Train a decoder-only transformer LM on whole TPU slices.")
+    cli.add_slice_flags(p)
+    g = p.add_argument_group("training")
+    g.add_argument("--steps", type=cli.positive_int, default=50, help="train until this step (default 50)")
+    g.add_argument("--batch-size", type=cli.positive_int, default=64, help="global batch in sequences (default 64)")
+    g.add_argument("--learning-rate", type=cli.positive_number, default=3e-3)
+    g.add_argument("--warmup-steps", type=cli.positive_int, default=5)
+    g.add_argument("--checkpoint-every", type=cli.positive_int, default=10, metavar="STEPS")
+    g.add_argument("--fsdp", type=cli.positive_int, default=None, help="parameter-sharding axis size (default: chips per host)")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--name", default=None, help="run name; the same name resumes (default: train-<pod type>-x<slices>)")
+    g.add_argument(
+        "--storage", default=None, help=f"checkpoint storage: a directory or gs://... (default: ${STORAGE_ENV}, else the env's bucket)"
+    )
+    g.add_argument("--matmul-baseline", type=int, default=0, metavar="SIZE", help=argparse.SUPPRESS)  # bench/jobs_bench.py
+    cli.add_fault_flags(p, step_timeout_s=DEFAULT_STEP_TIMEOUT_S)
+    m = p.add_argument_group("model")
+    defaults = ModelConfig()
+    m.add_argument("--seq-len", type=cli.positive_int, default=defaults.seq_len)
+    m.add_argument("--d-model", type=cli.positive_int, default=defaults.d_model)
+    m.add_argument("--layers", type=cli.positive_int, default=defaults.n_layers)
+    m.add_argument("--heads", type=cli.positive_int, default=defaults.n_heads)
+    m.add_argument("--d-ff", type=cli.positive_int, default=None, help="default: 4 x d-model")
+    m.add_argument("--vocab", type=cli.positive_int, default=defaults.vocab)
+    return p
+
+
+def parse_config(argv: Sequence[str] | None = None) -> tuple[cli.SliceTarget, TrainConfig, str, str, RetryBudget]:
+    parser = _parser()
+    args, target = cli.parse(parser, argv)
+    try:
+        model = ModelConfig(args.vocab, args.seq_len, args.d_model, args.layers, args.heads, args.d_ff or 4 * args.d_model)
+    except ValueError as err:
+        parser.error(f"argument --heads: {err}")
+    devices = target.shape.jax_devices * target.slices
+    if args.batch_size % devices:
+        parser.error(f"argument --batch-size: {args.batch_size} must be a multiple of the {devices} chips of {target.describe()}")
+    fsdp = args.fsdp or 0
+    if fsdp and target.shape.jax_devices_per_host % fsdp:
+        parser.error(f"argument --fsdp: {fsdp} must divide the {target.shape.jax_devices_per_host} chips of a host")
+    storage = args.storage or default_storage(target)
+    if not storage:
+        parser.error(f"argument --storage: needed (no ${STORAGE_ENV} and no environment config with a bucket)")
+    config = TrainConfig(
+        model=model.to_dict(),
+        steps=args.steps,
+        global_batch=args.batch_size,
+        learning_rate=args.learning_rate,
+        warmup_steps=args.warmup_steps,
+        checkpoint_every=args.checkpoint_every,
+        fsdp=fsdp,
+        seed=args.seed,
+        peak_flops=target.peak_bf16_flops,
+        matmul_baseline=args.matmul_baseline,
+        step_timeout_s=args.step_timeout,
+    )
+    name = args.name or f"train-{target.shape.pod_type}-x{target.slices}"
+    return target, config, name, storage, RetryBudget.from_args(args)
+
+
+parse_args = parse_config  # what jobs.submit checks a job's arguments with
+
+
+def as_json(result: TrainResult) -> dict[str, Any]:
+    return asdict(result)

@@ -1,0 +1,155 @@
+"""The sharded model and optimizer of one training worker: a (data, fsdp) mesh over every chip,
+parameters and optimizer state sharded over fsdp and replicated over data, and the compiled step."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from jobs.train import checkpoints
+from jobs.train.config import TrainConfig
+from jobs.train.model import ModelConfig
+
+
+class ShardedState:
+    """The sharded model, optimizer and compiled step of one worker."""
+
+    def __init__(self, config: TrainConfig):
+        import jax
+        import jax.numpy as jnp
+        import numpy as np
+        import optax
+        from jax.sharding import Mesh, NamedSharding
+        from jax.sharding import PartitionSpec as P
+
+        from jobs.train.model import DATA_AXIS, FSDP_AXIS, batch_spec, init_params, loss_fn, param_specs
+
+        self.cfg = ModelConfig(**config.model)
+        self.platform = jax.devices()[0].platform
+        self.compute_dtype = jnp.bfloat16 if self.platform == "tpu" else jnp.float32
+        local = jax.local_device_count()
+        fsdp = config.fsdp or local
+        if local % fsdp or config.global_batch % jax.device_count():
+            raise ValueError(
+                f"--fsdp {fsdp} must divide the {local} chips of a host and --batch-size {config.global_batch} "
+                f"must be a multiple of the {jax.device_count()} chips"
+            )
+        # Devices in process order, so each process owns whole rows of the mesh and therefore a
+        # contiguous block of the batch (what make_array_from_process_local_data expects).
+        devices = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
+        self.mesh = Mesh(np.array(devices).reshape(-1, fsdp), (DATA_AXIS, FSDP_AXIS))
+        self.batch_sharding = NamedSharding(self.mesh, batch_spec())
+        replicated = NamedSharding(self.mesh, P())
+
+        initial = init_params(self.cfg, config.seed)  # numpy, identical on every host
+        param_sharding = jax.tree.map(lambda s: NamedSharding(self.mesh, s), param_specs(initial, fsdp))
+        self.params = jax.tree.map(_shard, initial, param_sharding)
+        abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), initial)
+        schedule = optax.warmup_cosine_decay_schedule(
+            0.0, config.learning_rate, max(1, config.warmup_steps), max(config.steps, config.warmup_steps + 1)
+        )
+        self.optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(schedule, weight_decay=0.01))
+        # Optimizer moments take their parameter's sharding; scalars (step counts) are replicated.
+        opt_sharding = optax.tree_map_params(
+            self.optimizer,
+            lambda _, sharding: sharding,
+            jax.eval_shape(self.optimizer.init, abstract),
+            param_sharding,
+            transform_non_params=lambda _: replicated,
+        )
+        self.opt_state = jax.jit(self.optimizer.init, out_shardings=opt_sharding)(self.params)
+
+        def step(params, opt_state, tokens):
+            loss, grads = jax.value_and_grad(loss_fn)(params, tokens, self.cfg, self.compute_dtype)
+            updates, opt_state = self.optimizer.update(grads, opt_state, params)
+            return optax.apply_updates(params, updates), opt_state, loss
+
+        self._step = jax.jit(
+            step,
+            in_shardings=(param_sharding, opt_sharding, self.batch_sharding),
+            out_shardings=(param_sharding, opt_sharding, replicated),
+            donate_argnums=(0, 1),
+        )
+
+    def batch(self, local_tokens):
+        import jax
+
+        return jax.make_array_from_process_local_data(self.batch_sharding, local_tokens)
+
+    def step(self, tokens) -> float:
+        self.params, self.opt_state, loss = self._step(self.params, self.opt_state, tokens)
+        return float(loss)  # waits for the step
+
+    # Checkpoints hold full arrays, readable with numpy alone: right for a model this size. A large
+    # model would write per-process shards (e.g. Orbax) instead. `jobs.train.checkpoints` writes them so
+    # that a half-written one is never resumed from.
+    def save(self, directory: Path, step: int, is_writer: bool) -> None:
+        import jax
+        from jax.experimental import multihost_utils
+
+        leaves = jax.tree.leaves((self.params, self.opt_state))
+        # Parameters are sharded within a host and replicated across hosts, so every process
+        # already holds whole arrays: copy them out without a collective (and its compile).
+        # Same layout on every process, so all take the same branch.
+        copies = [_local_copy(leaf) for leaf in leaves]
+        if all(c is not None for c in copies):
+            leaves = copies
+        else:
+            leaves = multihost_utils.process_allgather(leaves, tiled=True)
+        if is_writer:
+            checkpoints.write(directory, leaves, step, self.cfg.to_dict())
+
+    def restore(self, meta: checkpoints.CheckpointMeta, arrays: Sequence[Any], where: str) -> int:
+        import jax
+
+        leaves, tree = jax.tree.flatten((self.params, self.opt_state))
+        if meta.model != self.cfg.to_dict() or len(arrays) != len(leaves):
+            raise ValueError(
+                f"the checkpoint {where} is of another model ({meta.model}, this run: {self.cfg.to_dict()}); "
+                "pass another --name to start a new run"
+            )
+        restored = [_shard(a, leaf.sharding) for leaf, a in zip(leaves, arrays, strict=False)]
+        self.params, self.opt_state = jax.tree.unflatten(tree, restored)
+        return meta.step
+
+    def dense_matmul_flops(self, size: int, iters: int = 3) -> float:
+        """FLOP/s of a plain [devices x size, size] @ [size, size] on the same mesh, no communication:
+        what these devices do at best, the benchmark's yardstick for the training step."""
+        import jax
+        import jax.numpy as jnp
+        import numpy as np
+        from jax.sharding import NamedSharding
+        from jax.sharding import PartitionSpec as P
+
+        n = jax.device_count()
+        x = jax.make_array_from_callback((n * size, size), self.batch_sharding, lambda idx: np.ones((size, size), np.float32)).astype(
+            self.compute_dtype
+        )
+        w = jax.device_put(jnp.ones((size, size), self.compute_dtype), NamedSharding(self.mesh, P()))
+        matmul = jax.jit(lambda a, b: a @ b, out_shardings=self.batch_sharding)
+        matmul(x, w).block_until_ready()
+        start = time.perf_counter()
+        for _ in range(iters):
+            matmul(x, w).block_until_ready()
+        return 2.0 * n * size**3 * iters / (time.perf_counter() - start)
+
+
+def _shard(host_array, sharding):
+    """A global array from a host array every process holds in full (no compile, no transfer)."""
+    import jax
+
+    return jax.make_array_from_callback(host_array.shape, sharding, lambda index: host_array[index])
+
+
+def _local_copy(array):
+    """`array` as one numpy array from this process's shards, or None if they do not cover it."""
+    import numpy as np
+
+    out = np.empty(array.shape, array.dtype)
+    covered = np.zeros(array.shape, bool)
+    for shard in array.addressable_shards:
+        out[shard.index] = np.asarray(shard.data)
+        covered[shard.index] = True
+    return out if covered.all() else None
