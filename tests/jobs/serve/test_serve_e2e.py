@@ -28,8 +28,10 @@ SERVE_PYTHON = SERVE_VENV / "bin" / "python"
 READY_TIMEOUT_S = 420  # Ray start + model + deploy (measured ~110 s on 2 idle cores)
 MODEL = "tiny-llama"
 
+# Ray + vLLM come up in about two minutes on 2 cores: `make test-slow` (and `make test-all`).
 pytestmark = [
     pytest.mark.vllm,
+    pytest.mark.slow,
     pytest.mark.skipif(
         not (SERVE_VENV / ".installed").is_file(),
         reason=".venv-serve is not installed: run scripts/setup_serve_env.sh (`make setup` does)",

@@ -12,7 +12,8 @@ from jobs.train import checkpoints
 from jobs.train import config as train_config
 from jobs.train import fit as train_fit
 
-pytestmark = pytest.mark.cluster
+# Three Ray Train runs, about 4 minutes on 2 cores: `make test-slow` (and `make test-all`).
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 TINY = ["--d-model", "32", "--layers", "1", "--heads", "2", "--seq-len", "16", "--vocab", "64", "--batch-size", "32"]
 FAST = ["--learning-rate", "0.02", "--warmup-steps", "1", "--checkpoint-every", "3", "--reserve-timeout", "60"]
