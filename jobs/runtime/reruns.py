@@ -138,6 +138,8 @@ def _wait_for_lost_hosts(hosts: Sequence[Host | WatchedHost], error: BaseExcepti
     """Dead hosts among `hosts`, waiting (bounded) for the GCS to notice when the error looks like one."""
     import ray
 
+    if not hosts:  # nothing was reserved yet: no host of ours to have lost
+        return []
     deadline = Deadline(NODE_DEATH_GRACE_S if may_be_node_death(error) else 0.0)
     while True:
         try:

@@ -17,10 +17,12 @@ from jobs.runtime.inventory import SliceUnavailableError
 from jobs.runtime.labels import POD_TYPE_LABEL, SLICE_NAME_LABEL, WORKER_ID_LABEL
 from jobs.runtime.outcomes import Cancelled, Failed, HostLost, NoProgressError, Succeeded
 from jobs.runtime.reruns import (
+    INTERRUPTED,
     Attempt,
     RetryBudget,
     RunReport,
     WatchedHost,
+    attempt_outcome,
     decide,
     lost_hosts,
     may_be_node_death,
@@ -423,3 +425,37 @@ def test_finish_of_a_failed_run_is_report_failure(capsys):
     assert finish(report) == 1
     out, err = capsys.readouterr()
     assert out == "" and err.startswith("demo FAILED (host-lost): ")
+
+
+# --- attempt_outcome: the one error ladder of an attempt -------------------------------------------
+
+
+class _Stop(Exception):
+    pass
+
+
+def _raise(error: BaseException):
+    def run():
+        raise error
+
+    return run
+
+
+def test_attempt_outcome_wraps_a_value_and_keeps_an_outcome():
+    assert attempt_outcome(lambda: [1, 2]) == Succeeded([1, 2])
+    assert attempt_outcome(lambda: LOST) is LOST
+
+
+def test_attempt_outcome_turns_each_error_into_the_outcome_it_means():
+    no_slice = attempt_outcome(_raise(SliceUnavailableError("no whole slice", ())))
+    assert isinstance(no_slice, Failed) and no_slice.no_slice
+    assert attempt_outcome(_raise(KeyboardInterrupt())) == Cancelled(INTERRUPTED)
+    user = attempt_outcome(_raise(ValueError("bad flag")))
+    assert isinstance(user, Failed) and user.user_error and "ValueError: bad flag" in user.reason
+    reservation = attempt_outcome(_raise(ReservationError("two bundles share a node")))
+    assert isinstance(reservation, Failed) and not reservation.user_error
+
+
+def test_attempt_outcome_lets_passthrough_errors_propagate():
+    with pytest.raises(_Stop):
+        attempt_outcome(_raise(_Stop()), passthrough=(_Stop,))
