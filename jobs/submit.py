@@ -8,9 +8,8 @@ API with the repo as working dir and the config's runtime env, follows the logs,
 job's status (0 succeeded, 1 failed or stopped, 2 could not submit, 3 timed out). The port-forward is
 always closed.
 
-Every Jobs API request is bounded (`bounded_client`): a dashboard that accepts the connection and then
-goes quiet fails the command with one line naming the request and the address, never a hang. A stall
-before the job exists exits 2; once it exists, the job is stopped (bounded too) and the exit is 3.
+Every Jobs API request is bounded (`jobs.client.jobs_api`): a stall before the job exists exits 2;
+once it exists, the job is stopped (bounded too) and the exit is 3.
 """
 
 from __future__ import annotations
