@@ -1,16 +1,5 @@
-"""Start, inspect and stop the simulated slices: a real local Ray cluster, one raylet per host.
-
-Each simulated host is a `ray start --block` process started with the variables the GKE TPU
-webhook injects (`TPU_NAME`, `TPU_WORKER_ID`, `TPU_ACCELERATOR_TYPE`, `TPU_TOPOLOGY`) and
-`resources={"TPU": chips_per_host}`, so Ray derives exactly the labels and head resource it would
-on GKE, and `ray.util.tpu` and Ray Train treat it as a slice. JAX runs on CPU with one device per
-chip. The jobs need no change to run here: submit them with `ray job submit` to the printed address.
-
-State and Ray's temp files live under `build/local-ray/` in the repo (or `--state-dir`), never in
-`/tmp/ray` or `~/.ray`. Nodes start one after another (raylets on one machine pick their socket
-names when they start, so starting them together makes them collide), each with a bounded wait;
-`up` fails naming the host whose raylet did not come up and the log to read.
-"""
+"""Start, inspect and stop the simulated slices: a real local Ray cluster, one raylet per host
+(`jobs.local` says how a simulated host passes for a TPU host, and where its files live)."""
 
 from __future__ import annotations
 
