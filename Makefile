@@ -84,7 +84,7 @@ deploy-ci: setup ## non-interactive deploy (Cloud Build); refuses local state
 destroy: setup ## cdktf destroy the ENV stack
 	$(CDKTF) destroy $(STACK)
 
-manifests: setup ## print the ENV RayCluster (pipe it to kubectl apply -f -)
+manifests: setup ## print the ENV manifests: RayCluster, RayService, NetworkPolicies (pipe them to kubectl apply -f -)
 	@$(PY) -m infra manifests --env $(ENV)
 
 state-bucket: setup ## create ENV's GCS bucket for Terraform state if missing (once, before the first deploy)
@@ -93,7 +93,7 @@ state-bucket: setup ## create ENV's GCS bucket for Terraform state if missing (o
 credentials: setup ## kubectl credentials for the ENV cluster (gcloud get-credentials)
 	@$(PY) -m jobs.submit --env $(ENV) --print-credentials-command | bash
 
-apply-manifests: credentials ## kubectl apply the ENV ServiceAccount + RayCluster
+apply-manifests: credentials ## kubectl apply the ENV ServiceAccount, RayCluster, RayService and NetworkPolicies
 	$(PY) -m infra manifests --env $(ENV) | kubectl apply -f -
 
 JOB ?= healthcheck

@@ -172,9 +172,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from infra import catalog
     from jobs import local
+    from jobs.runtime.auth import use_environment
 
     shape = catalog.shape(args.generation, args.topology)
-    os.environ.update(local.ray_env(Path(args.state_dir).resolve() / "ray"))
+    use_environment(local.ray_env(Path(args.state_dir).resolve()))
     rows = []
     print(f"[bench] starting a simulated {shape}", flush=True)
     cluster = local.up(shape, 1, args.state_dir, progress=lambda m: print(f"[bench] {m}", flush=True))

@@ -1,6 +1,6 @@
 """`python -m infra`: the parts of the infrastructure that need no cdktf import.
 
-python -m infra manifests --env dev     print the ServiceAccount + RayCluster YAML (kubectl apply -f -)
+python -m infra manifests --env dev     print the ServiceAccount, RayCluster, RayService and NetworkPolicies (kubectl apply -f -)
 python -m infra show --env dev          what the environment declares, shape by shape
 python -m infra envs                    list the environments
 python -m infra bootstrap --env dev     print the commands that create the Terraform state bucket (once)
@@ -15,9 +15,11 @@ from typing import TYPE_CHECKING
 import yaml
 
 from infra.catalog import CatalogError
-from infra.config import ConfigError, environment_names, load_environment
+from infra.config import ConfigError, Peer, environment_names, load_environment
 from infra.manifests.raycluster import cluster_slices, manifests
+from infra.names import auth_secret_name
 from infra.node_pools import tpu_pool_plans
+from infra.platform_facts import KUBERAY_AUTH
 
 if TYPE_CHECKING:
     _BaseDumper = yaml.SafeDumper
@@ -73,6 +75,16 @@ def _show(env_name: str) -> str:
             f"  node pool {plan.name}: {plan.machine_type} in {plan.zone}, {size}, "
             f"placement {plan.placement or 'none'}, auto-repair {'on' if plan.auto_repair else 'off'}"
         )
+    access = env.ray.access
+
+    def peers(allowed: list[Peer]) -> str:
+        return ", ".join(f"{p.namespace or env.ray.namespace}{p.pod_labels or ''}" for p in allowed) or "none (kubectl port-forward)"
+
+    mode = next(f for f in KUBERAY_AUTH if f.field == "authOptions.mode")
+    lines.append(
+        f"  access: Ray {access.auth} authentication ({mode.field}, KubeRay >= {mode.since}; token in Secret {auth_secret_name(env)}); "
+        f"dashboard from {peers(access.dashboard_from)}; Serve from {peers(access.serve_from)}"
+    )
     warnings = env.warnings
     lines.extend(f"  warning: {w}" for w in warnings)
     if not warnings:
@@ -112,9 +124,11 @@ def main(argv: list[str] | None = None) -> int:
             env = load_environment(args.env)
             docs = manifests(env)
             if env.serving is not None:
-                from infra.manifests.rayservice import ray_service
+                from infra.manifests.network_policy import network_policy
+                from infra.manifests.rayservice import ray_service, ray_service_name
 
                 docs.append(ray_service(env))
+                docs.append(network_policy(env, ray_service_name(env), serving=True))
             out = yaml.dump_all(docs, Dumper=_PlainDumper, sort_keys=False)
             for warning in env.warnings:
                 print(f"warning: {warning}", file=sys.stderr)

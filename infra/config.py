@@ -41,6 +41,8 @@ _BUCKET = r"^[a-z0-9][-_.a-z0-9]{1,61}[a-z0-9]$"
 _QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?$"
 _ZONE = r"^[a-z]+-[a-z]+[0-9]+-[a-z0-9]+$"  # us-east5-b, and AI zones such as us-central1-ai1a
 _GKE_VERSION = r"^1\.[0-9]+(\.[0-9]+(-gke\.[0-9]+)?)?$"
+_LABEL_KEY = r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+_LABEL_VALUE = r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$"
 
 _PATTERN_HELP = {
     _NAME: "lowercase letters, digits and hyphens, starting with a letter",
@@ -49,6 +51,8 @@ _PATTERN_HELP = {
     _QUANTITY: "a Kubernetes quantity such as 24, 500m, 200G or 16Gi",
     _ZONE: "a zone such as us-east5-b",
     _GKE_VERSION: "a GKE version such as 1.35 or 1.34.0-gke.2201000",
+    _LABEL_KEY: "a Kubernetes label key such as app or example.com/role",
+    _LABEL_VALUE: "a Kubernetes label value (at most 63 letters, digits, '-', '_' and '.')",
 }
 
 Name = Annotated[str, Field(pattern=_NAME, max_length=30)]
@@ -266,6 +270,39 @@ Image = Annotated[str, Field(min_length=1)]
 TPU_PYTHON = "py312"  # Ironwood's jax[tpu] needs Python >= 3.12; every Ray node runs one Python
 
 
+LabelKey = Annotated[str, Field(pattern=_LABEL_KEY)]
+LabelValue = Annotated[str, Field(pattern=_LABEL_VALUE)]
+
+
+class Peer(_Strict):
+    """Pods let in: every pod of `namespace`, the pods of the Ray namespace with `pod_labels`, or the
+    pods with `pod_labels` in `namespace`."""
+
+    namespace: Name | None = None
+    pod_labels: dict[LabelKey, LabelValue] = {}
+
+    @model_validator(mode="after")
+    def _names_someone(self) -> Peer:
+        if self.namespace is None and not self.pod_labels:
+            raise ValueError("a peer needs a namespace, pod_labels or both, e.g. {namespace: ci} or {pod_labels: {app: gateway}}")
+        return self
+
+
+class RayAccess(_Strict):
+    """Who may reach the Ray clusters (infra.manifests.network_policy, README "Access")."""
+
+    # `token`: Ray token authentication, the token in a Secret the KubeRay operator creates.
+    auth: Literal["token"] = "token"
+    # Pods allowed to the dashboard / Jobs API (8265) and Ray Client (10001). Default none:
+    # `kubectl port-forward` (which network policies do not block) is the way in.
+    dashboard_from: list[Peer] = []
+    # Pods allowed to Ray Serve's HTTP port (8000), which Ray's token does not cover.
+    serve_from: list[Peer] = []
+    # A self-installed KubeRay operator's namespace. Default (None): the GKE add-on's operator,
+    # which GKE hosts; its requests come from the control plane.
+    operator_namespace: Name | None = None
+
+
 class RayConfig(_Strict):
     version: Annotated[str, Field(pattern=r"^2\.\d+\.\d+$")] = "2.60.0"
     # The head's image (CPU only).
@@ -279,6 +316,15 @@ class RayConfig(_Strict):
     # What every submitted job adds to the image (`make submit`): pip requirements and env vars.
     job_pip: list[Annotated[str, Field(min_length=1)]] = []
     job_env_vars: dict[Annotated[str, Field(pattern=r"^[A-Z_][A-Z0-9_]*$")], str] = {}
+    access: RayAccess = RayAccess()
+
+    @field_validator("job_env_vars")
+    @classmethod
+    def _no_auth_in_jobs(cls, env_vars: dict[str, str]) -> dict[str, str]:
+        for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+            if key in env_vars:
+                raise ValueError(f"{key} must not be set here: every Ray container gets the token from the cluster's Secret")
+        return env_vars
 
     @field_validator("tpu_images")
     @classmethod

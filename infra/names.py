@@ -7,6 +7,15 @@ from infra.config import Environment
 CPU_POOL_NAME = "cpu"
 # The node label on every TPU pool naming its slice group; worker pods select it.
 SLICE_GROUP_LABEL = "ray-tpu-gke/slice-group"
+# The pod label naming the Ray cluster (RayCluster or RayService) a pod belongs to; its
+# NetworkPolicy selects it. Ours, not KubeRay's `ray.io/cluster`: a RayService's RayCluster gets a
+# generated name.
+RAY_CLUSTER_LABEL = "ray-tpu-gke/ray-cluster"
+
+
+def labels(env: Environment) -> dict[str, str]:
+    """The labels on everything the manifests print."""
+    return {"app.kubernetes.io/part-of": "ray-tpu-gke", "ray-tpu-gke/env": env.name}
 
 
 def service_account_id(env: Environment, suffix: str) -> str:
@@ -32,3 +41,13 @@ def credentials_command(env: Environment) -> list[str]:
     endpoint where the config turns it on (the way in for laptops and Cloud Build's default pool)."""
     cmd = ["gcloud", "container", "clusters", "get-credentials", env.cluster_name, "--location", env.location, "--project", env.project]
     return [*cmd, "--dns-endpoint"] if env.network.dns_endpoint else cmd
+
+
+AUTH_TOKEN_KEY = "auth_token"  # the key KubeRay's Secret holds the token under (utils/constant.go)
+
+
+def auth_secret_name(env: Environment) -> str:
+    """The Secret holding the RayCluster's token: KubeRay creates it for `authOptions.mode: token`
+    under the RayCluster's name (`utils.CheckName`, which keeps a name of <= 50 characters that
+    starts with a letter as it is; ours are at most 34)."""
+    return env.ray_cluster_name

@@ -325,3 +325,37 @@ def version_key(version: str) -> tuple[int, ...]:
     while len(parts) < 3:
         parts.append(big)
     return (*parts, int(build) if build else big)
+
+
+# --- KubeRay (the GKE Ray Operator add-on runs it) ------------------------------------------------
+
+KUBERAY_REPO = Source(
+    "ray-project/kuberay @feeaf72 (ray-operator/apis/ray/v1/raycluster_types.go AuthOptions; tags ray-operator/v1.5.1, v1.6.0)",
+    "https://github.com/ray-project/kuberay/blob/feeaf72facab4881ba2b179248bb67315634e229/ray-operator/apis/ray/v1/raycluster_types.go",
+)
+GKE_RAY_ADDON_PAGE = Source(
+    'GKE "About Ray on GKE" (GKE installs, hosts and upgrades the KubeRay operator)',
+    "https://cloud.google.com/kubernetes-engine/docs/add-on/ray-on-gke/concepts/overview",
+)
+
+
+@dataclass(frozen=True)
+class KubeRayFeature:
+    field: str
+    since: str  # the first KubeRay release with it
+    note: str
+    source: Source = KUBERAY_REPO
+
+
+KUBERAY_AUTH = (
+    KubeRayFeature(
+        "authOptions.mode", "1.5.1", "token: the operator makes the Secret, injects RAY_AUTH_* and sends the token to the dashboard"
+    ),
+    KubeRayFeature("authOptions.secretName", "1.6.0", "a Secret of our own instead of the operator's"),
+    KubeRayFeature(
+        "authOptions.enableK8sTokenAuth", "1.6.0", "Kubernetes RBAC in place of the token (Ray >= 2.55); refused for RayService and RayJob"
+    ),
+)
+# Which KubeRay the GKE Ray Operator add-on runs: not published (GKE_RAY_ADDON_PAGE, read 2026-12-03).
+# `kubectl get crd rayclusters.ray.io -o yaml | grep -c authOptions` answers it on a live cluster.
+GKE_RAY_ADDON_KUBERAY: str | None = None

@@ -10,7 +10,6 @@ account: a few minutes on a 2-core laptop. Exit status 0 when both jobs succeed.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 import uuid
@@ -21,6 +20,7 @@ from pathlib import Path
 from jobs import cli, local
 from jobs.client import jobs_api
 from jobs.client.uploads import working_dir_runtime_env
+from jobs.runtime.auth import use_environment
 
 # Lines that say nothing to a person watching: 16 per all-reduce set-up on the simulation, Ray
 # Train's per-rank report echo, and the machine-readable result lines (the summary shows them).
@@ -111,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     problem = local.state_dir_problem(args.state_dir)
     if problem:  # a bad flag: say so before anything starts
         parser.error(f"argument --state-dir: {problem}")
-    os.environ.update(local.ray_env(Path(args.state_dir).resolve() / "ray"))  # for the Jobs client too
+    use_environment(local.ray_env(Path(args.state_dir).resolve()))  # for the Jobs client too
     console = Console()
     shape = target.shape
     flags = f"--generation {shape.generation.name} --topology {shape.topology} --slices {target.slices} --reserve-timeout {target.reserve_timeout_s:.0f}"

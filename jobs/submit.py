@@ -10,6 +10,12 @@ always closed.
 
 Every Jobs API request is bounded (`jobs.client.jobs_api`): a stall before the job exists exits 2;
 once it exists, the job is stopped (bounded too) and the exit is 3.
+
+Ray token authentication is on for every cluster. Through the port-forward, the token is read from
+the RayCluster's Secret with kubectl into this process's environment (`jobs.client.tokens`); with
+`--address`, it comes from the environment (RAY_AUTH_MODE=token and RAY_AUTH_TOKEN or
+RAY_AUTH_TOKEN_PATH, e.g. `eval "$(python -m jobs.local env)"` for the simulated slice). A missing or
+wrong token is one line saying how to get the right one (exit 2).
 """
 
 from __future__ import annotations
@@ -21,10 +27,12 @@ import shlex
 import sys
 
 from infra.config import ConfigError, Environment, environment_names, load_environment
-from infra.names import credentials_command
+from infra.names import auth_secret_name, credentials_command
 from jobs.cli import JobArgumentParser, positive_seconds
-from jobs.client.jobs_api import CONNECT_S, READ_S, TERMINAL, SubmitError, submit
+from jobs.client import tokens
+from jobs.client.jobs_api import CONNECT_S, READ_S, TERMINAL, NotAuthorized, SubmitError, submit
 from jobs.client.port_forward import port_forward
+from jobs.runtime.auth import use_token
 
 WORKLOADS = ("healthcheck", "train")
 
@@ -45,6 +53,15 @@ def shape_args(env: Environment) -> list[str]:
     if env.name in environment_names():  # the cluster has the shipped configs in the working dir
         args = ["--env", env.name, *args]
     return args
+
+
+def token_hint(env: Environment, explicit_address: bool) -> str:
+    if not explicit_address:
+        return f"the token came from Secret {auth_secret_name(env)}: was the RayCluster re-created since? run again, or check `kubectl get raycluster -n {env.ray.namespace}`"
+    return (
+        f"export the cluster's token first: for GKE, {tokens.export_line(env)} "
+        '(`python -m jobs.submit --print-token-command` prints it); for the simulated slice, eval "$(python -m jobs.local env)"'
+    )
 
 
 def check_job_args(job: str, argv: list[str]) -> None:
@@ -72,6 +89,11 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--env-var", action="append", default=[], metavar="KEY=VALUE", help="extra runtime env variable")
     parser.add_argument("--print-credentials-command", action="store_true", help="print the gcloud get-credentials command and exit")
+    parser.add_argument(
+        "--print-token-command",
+        action="store_true",
+        help="print the shell line that exports the RayCluster's token from its Secret (for `ray job submit`) and exit",
+    )
     ours, job_args = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
     args = parser.parse_args(ours)
     args.job_args = job_args
@@ -91,6 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.print_credentials_command:
         print(shlex.join(credentials_command(env)))
         return 0
+    if args.print_token_command:
+        print(tokens.export_line(env))
+        return 0
     if args.job not in WORKLOADS:
         which = f"job {args.job!r} is not a workload" if args.job else "no job given"
         print(f"error: {which}; valid: {', '.join(WORKLOADS)}", file=sys.stderr)
@@ -101,9 +126,14 @@ def main(argv: list[str] | None = None) -> int:
     env_vars = dict(kv.split("=", 1) for kv in args.env_var)
     try:
         with contextlib.nullcontext(args.address) if args.address else port_forward(env) as address:
+            if not args.address:  # the environment's own RayCluster: its token from its Secret
+                use_token(token=tokens.read_token(env))
             # No single request may wait longer than the whole job may take.
             read_s = min(args.request_timeout, args.timeout)
             status = submit(address, entrypoint, env, env_vars, args.timeout, connect_s=min(CONNECT_S, read_s), read_s=read_s)
+    except NotAuthorized as err:
+        print(f"error: {err}; {token_hint(env, bool(args.address))}", file=sys.stderr)
+        return 2
     except SubmitError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

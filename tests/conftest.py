@@ -2,6 +2,7 @@
 
 import os
 
-# Ray 2.60 writes ~/.ray/auth_token unless token auth is off; the tests never want it.
+# Outside tests/jobs nothing starts a Ray cluster; this only stops a stray `ray.init()` from writing
+# ~/.ray/auth_token. tests/jobs/conftest.py turns token authentication on for the test clusters.
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")

@@ -8,6 +8,13 @@ pod asks for `google.com/tpu` = chips per host, plus CPU and memory that fit the
 webhook rejects a group unless numOfHosts == max(topology chips / google.com/tpu per pod, 1); that
 holds by construction, since both come from the same catalog shape.
 
+Access (README "Access"): `authOptions: {mode: token}` turns on Ray token authentication. The
+operator creates the Secret (named after the RayCluster, key `auth_token`), injects the token into
+every Ray container it adds (the autoscaler), and sends it to the dashboard itself; our containers
+name the same Secret explicitly, so the printed manifest shows where each token comes from. Every
+port Ray would pick at random is pinned (infra.ray_ports), and every pod carries
+`ray-tpu-gke/ray-cluster: <name>`, which its NetworkPolicy (infra.manifests.network_policy) selects.
+
 Applied with `python -m infra manifests --env dev | kubectl apply -f -` (a pipeline step), not by
 Terraform: a kubernetes-provider stack would need cluster credentials at plan time and would tie a
 RayCluster's rolling changes to infrastructure applies.
@@ -15,22 +22,24 @@ RayCluster's rolling changes to infrastructure applies.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
+from infra import ray_ports
 from infra.config import Environment, Reservation, SliceGroup
-from infra.names import CPU_POOL_NAME, SLICE_GROUP_LABEL, ray_service_account_email
+from infra.manifests.network_policy import network_policy
+from infra.names import AUTH_TOKEN_KEY, CPU_POOL_NAME, RAY_CLUSTER_LABEL, SLICE_GROUP_LABEL, auth_secret_name, ray_service_account_email
+from infra.names import labels as labels
 
-DASHBOARD_PORT = 8265
-MEGASCALE_PORT = 8081  # multislice (DCN) traffic between slices
+DASHBOARD_PORT = ray_ports.DASHBOARD.port
+MEGASCALE_PORT = ray_ports.MEGASCALE.port  # multislice (DCN) traffic between slices
 RAY_UID = 1000  # the `ray` user of the rayproject/ray images
 
 HEAD_PORTS = [
-    {"containerPort": 6379, "name": "gcs"},
-    {"containerPort": DASHBOARD_PORT, "name": "dashboard"},
-    {"containerPort": 10001, "name": "client"},
-    {"containerPort": 8000, "name": "serve"},
-    {"containerPort": 8080, "name": "metrics"},
+    {"containerPort": p.port, "name": p.name}
+    for p in (ray_ports.GCS, ray_ports.DASHBOARD, ray_ports.CLIENT, ray_ports.SERVE, ray_ports.METRICS)
 ]
+TPU_PORTS = [{"containerPort": p.port, "name": p.name} for p in (ray_ports.MEGASCALE, ray_ports.SLICE_BUILDER, ray_ports.JAX_COORDINATOR)]
 
 # No privilege escalation and no extra capabilities for any Ray container.
 CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
@@ -38,10 +47,12 @@ CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop"
 
 def ray_cluster(env: Environment) -> dict[str, Any]:
     groups = [(g, cluster_slices(env, g)) for g in env.slice_groups]
+    cluster = RayClusterPods(env.ray_cluster_name, auth_secret_name(env))
     spec: dict[str, Any] = {
         "rayVersion": env.ray.version,
-        "headGroupSpec": head_group(env),
-        "workerGroupSpecs": [tpu_worker_group(env, g, slices=n) for g, n in groups if n],
+        "authOptions": auth_options(env),
+        "headGroupSpec": head_group(env, cluster),
+        "workerGroupSpecs": [tpu_worker_group(env, g, cluster, slices=n) for g, n in groups if n],
     }
     if any(g.autoscaled for g, n in groups if n):
         # Ray's autoscaler scales whole replicas (slices) between minReplicas and maxReplicas.
@@ -78,28 +89,52 @@ def service_account(env: Environment, google_service_account: str) -> dict[str, 
 
 
 def manifests(env: Environment) -> list[dict[str, Any]]:
-    """Everything `kubectl apply` needs for the environment's Ray cluster, in order."""
+    """The namespace, service account, RayCluster and its NetworkPolicy, in `kubectl apply` order."""
     docs: list[dict[str, Any]] = []
     if env.ray.namespace != "default":
         docs.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": env.ray.namespace}})
     docs.append(service_account(env, ray_service_account_email(env)))
     docs.append(ray_cluster(env))
+    docs.append(network_policy(env, env.ray_cluster_name, serving=False))
     return docs
 
 
-def labels(env: Environment) -> dict[str, str]:
-    return {"app.kubernetes.io/part-of": "ray-tpu-gke", "ray-tpu-gke/env": env.name}
+@dataclass(frozen=True)
+class RayClusterPods:
+    """Which Ray cluster a group's pods belong to: `name` is their RAY_CLUSTER_LABEL, and
+    `token_secret` the Secret each Ray container names for its token (None: the operator injects
+    it, as for a RayService, whose RayCluster and Secret names KubeRay generates)."""
+
+    name: str
+    token_secret: str | None
 
 
-def head_group(env: Environment) -> dict[str, Any]:
+def auth_options(env: Environment) -> dict[str, str]:
+    return {"mode": env.ray.access.auth}
+
+
+def auth_env(cluster: RayClusterPods) -> list[dict[str, Any]]:
+    """RAY_AUTH_MODE and the token from the cluster's Secret (never a literal)."""
+    if cluster.token_secret is None:
+        return []
+    token = {"secretKeyRef": {"name": cluster.token_secret, "key": AUTH_TOKEN_KEY}}
+    return [{"name": "RAY_AUTH_MODE", "value": "token"}, {"name": "RAY_AUTH_TOKEN", "valueFrom": token}]
+
+
+def pod_labels(env: Environment, cluster: RayClusterPods) -> dict[str, str]:
+    return {**labels(env), RAY_CLUSTER_LABEL: cluster.name}
+
+
+def head_group(env: Environment, cluster: RayClusterPods) -> dict[str, Any]:
     pod_spec: dict[str, Any] = {
         "serviceAccountName": env.ray.kubernetes_service_account,
-        "securityContext": {"runAsNonRoot": True, "runAsUser": RAY_UID, "fsGroup": 100},
+        "securityContext": {"runAsNonRoot": True, "runAsUser": RAY_UID, "fsGroup": 100, "sysctls": [ray_ports.EPHEMERAL_SYSCTL]},
         "containers": [
             {
                 "name": "ray-head",
                 "image": env.ray.image,
                 "ports": HEAD_PORTS,
+                "env": auth_env(cluster),
                 "resources": {
                     "requests": {"cpu": env.ray.head.cpu, "memory": env.ray.head.memory},
                     "limits": {"cpu": env.ray.head.cpu, "memory": env.ray.head.memory},
@@ -114,9 +149,9 @@ def head_group(env: Environment) -> dict[str, Any]:
         # The head schedules no work: every CPU it has goes to the GCS, dashboard and job drivers.
         # The dashboard listens on all interfaces inside the pod; it is reached only through the
         # ClusterIP head service (kubectl port-forward), never a LoadBalancer or Ingress.
-        "rayStartParams": {"num-cpus": "0", "dashboard-host": "0.0.0.0"},
+        "rayStartParams": {"num-cpus": "0", "dashboard-host": "0.0.0.0", **ray_ports.start_params(head=True)},
         "serviceType": "ClusterIP",
-        "template": {"metadata": {"labels": labels(env)}, "spec": pod_spec},
+        "template": {"metadata": {"labels": pod_labels(env, cluster)}, "spec": pod_spec},
     }
 
 
@@ -145,9 +180,11 @@ def tpu_node_selector(env: Environment, group: SliceGroup) -> dict[str, str]:
     return selector
 
 
-def tpu_worker_group(env: Environment, group: SliceGroup, *, slices: int | None = None, name: str | None = None) -> dict[str, Any]:
+def tpu_worker_group(
+    env: Environment, group: SliceGroup, cluster: RayClusterPods, *, slices: int | None = None, name: str | None = None
+) -> dict[str, Any]:
     """The worker group for `slices` of the group's slices (default: all), named `name` (default:
-    the group's name)."""
+    the group's name), whose pods belong to `cluster`."""
     shape = group.shape
     slices = group.slices if slices is None else slices
     cpu, memory = group.requests
@@ -159,8 +196,11 @@ def tpu_worker_group(env: Environment, group: SliceGroup, *, slices: int | None 
         "env": [
             {"name": "JAX_PLATFORMS", "value": "tpu,cpu"},
             {"name": "ENABLE_PJRT_COMPATIBILITY", "value": "true"},
+            # Where jobs.runtime.launch puts the JAX coordinator: a port the NetworkPolicy names.
+            {"name": ray_ports.COORDINATOR_PORT_ENV, "value": str(ray_ports.JAX_COORDINATOR.port)},
+            *auth_env(cluster),
         ],
-        "ports": [{"containerPort": MEGASCALE_PORT, "name": "mxla"}],
+        "ports": TPU_PORTS,
         # TPU devices (/dev/vfio) are owned by root on GKE nodes, so TPU workers keep the image's
         # user; they still get no privilege escalation and no capabilities.
         "securityContext": CONTAINER_SECURITY,
@@ -171,11 +211,12 @@ def tpu_worker_group(env: Environment, group: SliceGroup, *, slices: int | None 
         "minReplicas": min(group.min_slices, slices),
         "maxReplicas": slices,
         "numOfHosts": shape.hosts,
-        "rayStartParams": {},
+        "rayStartParams": ray_ports.start_params(head=False),
         "template": {
-            "metadata": {"labels": {**labels(env), SLICE_GROUP_LABEL: group.name}},
+            "metadata": {"labels": {**pod_labels(env, cluster), SLICE_GROUP_LABEL: group.name}},
             "spec": {
                 "serviceAccountName": env.ray.kubernetes_service_account,
+                "securityContext": {"sysctls": [ray_ports.EPHEMERAL_SYSCTL]},
                 "nodeSelector": tpu_node_selector(env, group),
                 "containers": [container],
             },

@@ -27,7 +27,7 @@ from typing import Any
 import yaml
 
 from infra.config import ConfigError, Environment
-from infra.manifests.raycluster import head_group, labels, tpu_worker_group
+from infra.manifests.raycluster import RayClusterPods, auth_options, head_group, labels, tpu_worker_group
 from infra.serving import (
     APP_NAME,
     BUCKET_MOUNT,
@@ -157,13 +157,17 @@ def ray_service(env: Environment) -> dict[str, Any]:
     group = env.slice_group(env.serving.slice_group)
     image = serve_image(env)
     replicas = env.serving.replicas
-    worker = _with_serving(env, tpu_worker_group(env, group, slices=replicas, name=serve_group_name(group.name)), image)
+    # KubeRay names this RayService's RayCluster (and so its token's Secret) itself: the operator
+    # injects the token into every Ray container, and sends it to the dashboard it deploys through.
+    cluster = RayClusterPods(ray_service_name(env), token_secret=None)
+    worker = _with_serving(env, tpu_worker_group(env, group, cluster, slices=replicas, name=serve_group_name(group.name)), image)
     worker["minReplicas"] = replicas
     spec: dict[str, Any] = {
         "serveConfigV2": yaml.safe_dump(serve_config(env), sort_keys=False),
         "rayClusterConfig": {
             "rayVersion": env.ray.version,
-            "headGroupSpec": _with_serving(env, head_group(env), image),
+            "authOptions": auth_options(env),
+            "headGroupSpec": _with_serving(env, head_group(env, cluster), image),
             "workerGroupSpecs": [worker],
         },
         # KubeRay's default upgrade (NewCluster) brings up a second cluster next to the serving one

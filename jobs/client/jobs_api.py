@@ -37,6 +37,10 @@ class DashboardStalled(SubmitError):
         self.method, self.endpoint = method, endpoint
 
 
+class NotAuthorized(SubmitError):
+    """The dashboard refused the request: no token was sent (401) or it was not the cluster's (403)."""
+
+
 class JobTimedOut(TimeoutError):
     """Following a job gave up (past its timeout, or the dashboard stalled); the job was stopped if it
     could be. `logs` holds what was read before giving up."""
@@ -96,6 +100,7 @@ def _stalled(address: str, method: str, endpoint: str, phase: str, bounds: tuple
 def _bounded_client_class() -> type:
     # Built on first use: importing Ray costs seconds that `--print-credentials-command` should not pay.
     import requests
+    from ray.exceptions import AuthenticationError
     from ray.job_submission import JobSubmissionClient
 
     class BoundedJobSubmissionClient(JobSubmissionClient):
@@ -111,6 +116,8 @@ def _bounded_client_class() -> type:
                 data = io.BytesIO(data)
             try:
                 return super()._do_request(method, endpoint, data=data, json_data=json_data, **kwargs)
+            except AuthenticationError as err:
+                raise refused(self._address, method, endpoint, err.message) from None
             except requests.RequestException as err:
                 phase = _stall_phase(err)
                 if phase is None:
@@ -118,6 +125,13 @@ def _bounded_client_class() -> type:
                 raise _stalled(self._address, method, endpoint, phase, self.bounds) from None
 
     return BoundedJobSubmissionClient
+
+
+def refused(address: str, method: str, endpoint: str, message: str) -> NotAuthorized:
+    """One line for Ray's multi-line authentication error (`format_authentication_http_error`:
+    "Authentication required" for 401, "Authentication failed" for 403)."""
+    why = "no token was sent (401)" if message.startswith("Authentication required") else "the token is not this cluster's (403)"
+    return NotAuthorized(f"the Ray dashboard at {address} refused {method} {endpoint}: {why}")
 
 
 def bounded_client(address: str, connect_s: float = CONNECT_S, read_s: float = READ_S):
@@ -130,7 +144,9 @@ def _reachable(address: str, bounds: tuple[float, float]) -> None:
     import requests
 
     try:
-        requests.get(f"{address.rstrip('/')}/api/version", timeout=bounds).raise_for_status()
+        answer = requests.get(f"{address.rstrip('/')}/api/version", timeout=bounds)
+        if answer.status_code not in (401, 403):  # it answers; the client's requests carry the token
+            answer.raise_for_status()
     except requests.RequestException as err:
         phase = _stall_phase(err)
         if phase is not None:

@@ -3,6 +3,7 @@
     python -m jobs.local up --generation v6e --topology 4x4 [--slices N]
     python -m jobs.local status
     python -m jobs.local down
+    eval "$(python -m jobs.local env)"   # RAY_ADDRESS and the token file, for `ray job submit`
 
 Each simulated host is a `ray start --block` process started with the variables the GKE TPU
 webhook injects (`TPU_NAME`, `TPU_WORKER_ID`, `TPU_ACCELERATOR_TYPE`, `TPU_TOPOLOGY`) and
@@ -11,7 +12,9 @@ on GKE, and `ray.util.tpu` and Ray Train treat it as a slice. JAX runs on CPU wi
 chip. The jobs need no change to run here: submit them with `ray job submit` to the printed address.
 
 State and Ray's temp files live under `build/local-ray/` in the repo (or `--state-dir`), never in
-`/tmp/ray` or `~/.ray`. Nodes start one after another (raylets on one machine pick their socket
+`/tmp/ray` or `~/.ray`. Token authentication is on, as on GKE: each `up` writes a new random token to
+`<state dir>/auth_token` (mode 0600), every node reads it from there (`RAY_AUTH_TOKEN_PATH`), and
+`python -m jobs.local env` prints the lines that point a shell's `ray job submit` at it. Nodes start one after another (raylets on one machine pick their socket
 names when they start, so starting them together makes them collide), each with a bounded wait;
 `up` fails naming the host whose raylet did not come up and the log to read.
 """
@@ -26,9 +29,10 @@ from jobs.local.cluster import (
     status,
     up,
 )
-from jobs.local.env import cpu_jax_env, host_env, ray_env, slice_name, state_dir_problem
+from jobs.local.env import client_exports, cpu_jax_env, host_env, ray_env, slice_name, state_dir_problem
 
 __all__ = [
+    "client_exports",
     "DEFAULT_STATE_DIR",
     "LocalCluster",
     "LocalClusterError",

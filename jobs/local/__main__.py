@@ -1,4 +1,4 @@
-"""`python -m jobs.local up | status | down`: see `jobs.local`."""
+"""`python -m jobs.local up | status | down | env`: see `jobs.local`."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import time
 from collections.abc import Sequence
 
 from jobs.cli import JobArgumentParser, add_slice_flags, positive_int, positive_seconds, resolve_target
-from jobs.local.cluster import DEFAULT_STATE_DIR, LocalClusterError, down, status, up
-from jobs.local.env import state_dir_problem
+from jobs.local.cluster import DEFAULT_STATE_DIR, LocalCluster, LocalClusterError, down, status, up
+from jobs.local.env import client_exports, state_dir_problem
 
 
 def _parser() -> JobArgumentParser:
@@ -22,7 +22,11 @@ def _parser() -> JobArgumentParser:
     start.add_argument("--timeout", type=positive_seconds, default=90.0, metavar="SECONDS", help="per-node start timeout")
     start.add_argument("--host-cpus", type=positive_int, default=2, help="logical CPUs per simulated host")
     start.add_argument("--object-store-mb", type=positive_int, default=128, help="object store per node, MiB")
-    for name, text in (("status", "show the simulated slices"), ("down", "stop the simulated cluster")):
+    for name, text in (
+        ("status", "show the simulated slices"),
+        ("down", "stop the simulated cluster"),
+        ("env", "print the export lines that point `ray job submit` at the cluster (its address and token file)"),
+    ):
         sub.add_parser(name, help=text)
     for p in (parser, *sub.choices.values()):
         p.add_argument("--state-dir", default=str(DEFAULT_STATE_DIR), help=f"default: {DEFAULT_STATE_DIR}")
@@ -48,15 +52,23 @@ def main(argv: Sequence[str] | None = None) -> int:
                 object_store_mb=args.object_store_mb,
                 progress=lambda m: print(f"[local] {m}", flush=True),
             )
+            env_cmd = "python -m jobs.local env" + ("" if args.state_dir == str(DEFAULT_STATE_DIR) else f" --state-dir {args.state_dir}")
             print(
                 f"[local] up in {time.monotonic() - started:.0f}s: {target.describe()}\n"
-                f"  dashboard / jobs API: {cluster.dashboard_url}\n"
+                f"  dashboard / jobs API: {cluster.dashboard_url} (token authentication on; token in {cluster.state_dir}/auth_token)\n"
                 # The nodes already run JAX on CPU, one device per chip: no runtime env needed.
-                f"  submit: ray job submit --address {cluster.dashboard_url} --working-dir . -- "
+                f'  submit: eval "$({env_cmd})" && ray job submit --working-dir . -- '
                 f"python -m jobs.healthcheck --generation {cluster.generation} --topology {cluster.topology} "
                 f"--slices {cluster.slices}\n"
                 f"  state and logs: {cluster.state_dir}"
             )
+            return 0
+        if args.command == "env":
+            found = LocalCluster.load(args.state_dir)
+            if found is None:
+                print(f"[local] no local cluster in {args.state_dir}; start one with `python -m jobs.local up`", file=sys.stderr)
+                return 1
+            print(client_exports(found.state_dir, found.dashboard_url))
             return 0
         if args.command == "status":
             st = status(args.state_dir)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import os
 import subprocess
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -14,8 +13,9 @@ from pathlib import Path
 
 from infra import catalog
 from jobs import REPO_ROOT
-from jobs.local.env import clean_base_env, cpu_jax_env, host_env, ray_env, slice_name, state_dir_problem
+from jobs.local.env import clean_base_env, cpu_jax_env, host_env, ray_env, slice_name, state_dir_problem, write_token
 from jobs.local.processes import alive, ray_start, stop_groups, tail
+from jobs.runtime.auth import use_environment
 from jobs.runtime.deadlines import Deadline
 from jobs.runtime.inventory import SliceInventory, slice_inventory
 from jobs.runtime.labels import tpu_node
@@ -118,12 +118,13 @@ def up(
     except OSError as err:
         raise LocalClusterError(f"cannot create {err.filename or state_dir}: {err.strerror}; pass another --state-dir") from None
     Path(state_dir, STATE_FILE).unlink(missing_ok=True)
+    write_token(state_dir)  # a new token per cluster: a client of the last one is refused
 
     gcs_port, dashboard_port, client_port = free_port(), free_port(), free_port()
     gcs_address = f"127.0.0.1:{gcs_port}"
     base = {
         **clean_base_env(),
-        **ray_env(temp_dir),
+        **ray_env(state_dir),
         # `ray start --block` drains a node for up to 30 s on SIGTERM (for Serve proxies); with the
         # GCS going down at the same time that is a 30 s wait for nothing.
         "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
@@ -166,7 +167,7 @@ def up(
         procs.append(ray_start(head_args, head_env, log))
         nodes.append(LocalNode("head", None, None, procs[-1].pid, str(log)))
         _wait_for("the head", lambda: port_open(gcs_port), procs[-1], log, head_timeout_s)
-        os.environ.update(ray_env(temp_dir))
+        use_environment(ray_env(state_dir))
         ray.init(address=gcs_address, logging_level=logging.WARNING, log_to_driver=False)
         connected = True
         for s in range(slices):
@@ -240,7 +241,7 @@ def status(state_dir: str | Path = DEFAULT_STATE_DIR, timeout_s: float = 30.0) -
     idle = None
     head_port = int(cluster.gcs_address.rsplit(":", 1)[1])
     if not any(n.role == "head" for n in dead) and port_open(head_port):
-        os.environ.update(ray_env(cluster.ray_temp_dir))
+        use_environment(ray_env(cluster.state_dir))
         ray.init(address=cluster.gcs_address, logging_level=logging.WARNING, log_to_driver=False)
         try:
             shape = cluster.shape

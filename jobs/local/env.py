@@ -5,6 +5,8 @@ that keeps Ray's unix socket paths short enough."""
 from __future__ import annotations
 
 import os
+import secrets
+import shlex
 import sys
 from pathlib import Path
 
@@ -48,14 +50,44 @@ def cpu_jax_env(shape: catalog.SliceShape) -> dict[str, str]:
     }
 
 
-def ray_env(temp_dir: str | Path) -> dict[str, str]:
-    """Keep Ray's files under `temp_dir` and off the network: no token file in ~/.ray, no usage stats."""
-    return {"RAY_TMPDIR": str(temp_dir), "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+TOKEN_FILE = "auth_token"
+
+
+def ray_env(state_dir: str | Path) -> dict[str, str]:
+    """The Ray settings of the simulation's nodes and of every client of it: Ray's files under
+    `state_dir`/ray, token authentication on as on GKE, with the cluster's token read from
+    `state_dir`/auth_token (never ~/.ray), and no usage stats (pure)."""
+    state_dir = Path(state_dir)
+    return {
+        "RAY_TMPDIR": str(state_dir / "ray"),
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN_PATH": str(state_dir / TOKEN_FILE),
+        "RAY_USAGE_STATS_ENABLED": "0",
+    }
+
+
+def write_token(state_dir: str | Path) -> Path:
+    """A new random token for the cluster in `state_dir`, readable by its owner only (0600)."""
+    path = Path(state_dir) / TOKEN_FILE
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)  # a file left by an earlier cluster keeps its mode otherwise
+        os.write(fd, secrets.token_urlsafe(32).encode())
+    finally:
+        os.close(fd)
+    return path
+
+
+def client_exports(state_dir: str | Path, dashboard_url: str) -> str:
+    """Shell lines that point `ray job submit` (and any Ray client) at the simulated cluster: the
+    token's path, never the token."""
+    env = {"RAY_ADDRESS": dashboard_url, **{k: v for k, v in ray_env(state_dir).items() if k.startswith("RAY_AUTH")}}
+    return "\n".join(f"export {k}={shlex.quote(v)}" for k, v in env.items())
 
 
 def clean_base_env() -> dict[str, str]:
     # A developer's shell may carry TPU or Ray variables from elsewhere; the nodes must not inherit them.
-    drop = ("TPU_", "MEGASCALE_", "RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "JAX_", "XLA_FLAGS")
+    drop = ("TPU_", "MEGASCALE_", "RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "RAY_AUTH_", "JAX_", "XLA_FLAGS")
     env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
     # `python` in a job's entrypoint must be this interpreter (the one with Ray and JAX), as it is
     # the image's on GKE; and the repo must be importable by workers started outside a job.

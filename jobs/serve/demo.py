@@ -52,6 +52,8 @@ def offline_environment(work: Path = WORK) -> dict[str, str]:
         ray_tmp = Path(f"/tmp/ray-tpu-gke-serve-{os.getuid()}")
     return {
         "RAY_TMPDIR": str(ray_tmp),
+        # Off on purpose: one in-process Ray that lives for the demo, whose only client is this
+        # process; the simulated slice (jobs.local) and every cluster we deploy run with a token.
         "RAY_AUTH_MODE": "disabled",
         "RAY_USAGE_STATS_ENABLED": "0",
         "DO_NOT_TRACK": "1",

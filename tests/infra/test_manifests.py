@@ -128,15 +128,16 @@ def test_service_account_is_bound_for_workload_identity():
     docs = manifests(load_environment("dev"))
     sa = next(d for d in docs if d["kind"] == "ServiceAccount")
     assert sa["metadata"]["annotations"]["iam.gke.io/gcp-service-account"] == "ray-tpu-dev-ray@my-gcp-project.iam.gserviceaccount.com"
-    assert docs[-1]["kind"] == "RayCluster"
+    assert [d["kind"] for d in docs] == ["ServiceAccount", "RayCluster", "NetworkPolicy"]
 
 
 def test_manifests_cli_prints_applyable_yaml(crds):
     proc = subprocess.run([sys.executable, "-m", "infra", "manifests", "--env", "dev"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     docs = list(yaml.safe_load_all(proc.stdout))
-    assert [d["kind"] for d in docs] == ["ServiceAccount", "RayCluster", "RayService"]  # dev serves an LLM
-    assert errors(crds, docs[1]) == [] and errors(crds, docs[2]) == []
+    # dev serves an LLM; each Ray cluster comes with its NetworkPolicy
+    assert [d["kind"] for d in docs] == ["ServiceAccount", "RayCluster", "NetworkPolicy", "RayService", "NetworkPolicy"]
+    assert errors(crds, docs[1]) == [] and errors(crds, docs[3]) == []
     assert "&id" not in proc.stdout  # no YAML anchors
 
 
@@ -150,7 +151,7 @@ def test_manifests_cli_needs_no_cdktf():
 def test_no_secrets_and_no_public_dashboard(env_name):
     docs = manifests(load_environment(env_name))
     assert all(d["kind"] not in ("Secret", "Ingress", "Service") for d in docs)
-    head = docs[-1]["spec"]["headGroupSpec"]
+    head = next(d for d in docs if d["kind"] == "RayCluster")["spec"]["headGroupSpec"]
     assert head["serviceType"] == "ClusterIP"
     text = yaml.safe_dump_all(docs)
     for marker in ("private_key", "BEGIN PRIVATE", "token:", "password"):

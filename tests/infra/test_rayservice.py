@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from infra.config import ENVIRONMENTS_DIR, ConfigError, environment_names, load_environment, parse_environment
-from infra.manifests.raycluster import ray_cluster, tpu_worker_group
+from infra.manifests.raycluster import RayClusterPods, ray_cluster, tpu_worker_group
 from infra.manifests.rayservice import CODE_DIR, ray_service, serve_config, serve_service_name
 from tests.kuberay_schema import errors
 
@@ -76,7 +76,7 @@ def test_serve_config_imports_our_builder_with_the_env_name():
 def test_the_worker_group_is_the_groups_own_sized_to_the_replicas():
     env = load_environment("dev")
     (served,) = ray_service(env)["spec"]["rayClusterConfig"]["workerGroupSpecs"]
-    plain = tpu_worker_group(env, env.slice_group("v6e-2x2"), slices=1)
+    plain = tpu_worker_group(env, env.slice_group("v6e-2x2"), RayClusterPods("other", token_secret=None), slices=1)
     assert served["groupName"] == "v6e-2x2-serve"  # never a RayCluster group's name
     assert served["numOfHosts"] == plain["numOfHosts"] == 1
     assert (served["replicas"], served["minReplicas"], served["maxReplicas"]) == (1, 1, 1)

@@ -1,5 +1,6 @@
-"""Shared set-up for the jobs tests: Ray's files in a short tmp dir, no token file, no usage stats,
-and one simulated v6e 4x4 slice that the cluster tests share (`shared_slice`).
+"""Shared set-up for the jobs tests: Ray's files in a short tmp dir, token authentication on as in
+production (the test clusters' token in that dir, mode 0600, never ~/.ray), no usage stats, and one
+simulated v6e 4x4 slice that the cluster tests share (`shared_slice`).
 
 Set for this package only (and restored after it), so other test packages keep their own Ray
 settings. Starting a simulated cluster costs 15-35 s on 2 cores, so the modules that need one whole
@@ -16,8 +17,20 @@ import tempfile
 import pytest
 import ray
 
+from jobs.local.env import write_token
+from jobs.runtime.auth import AUTH_VARS
 from jobs.runtime.inventory import wait_for_slices
-from tests.jobs.sim import SHARED_SHAPE, SHARED_SLICE, SimCluster, SimHost, patched_environ, simulated_cluster, slice_hosts
+from tests.jobs.sim import (
+    SHARED_SHAPE,
+    SHARED_SLICE,
+    SimCluster,
+    SimHost,
+    patched_environ,
+    set_test_token,
+    simulated_cluster,
+    slice_hosts,
+    use_test_token,
+)
 
 # Bound on the slice being whole and idle again before a test gets it (a host re-added after a
 # test removed it registers in a few seconds).
@@ -30,12 +43,13 @@ def ray_tmp():
     tmp = tempfile.mkdtemp(prefix="rayjobs-", dir="/tmp")
     settings = {
         "RAY_TMPDIR": tmp,
-        "RAY_AUTH_MODE": "disabled",  # else Ray 2.60 writes ~/.ray/auth_token
         "RAY_USAGE_STATS_ENABLED": "0",
         "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",  # nodes stop at once (no Serve to drain)
     }
     try:
-        with patched_environ(settings):
+        with patched_environ({**settings, **{var: "" for var in AUTH_VARS}}):
+            set_test_token(write_token(tmp))
+            use_test_token()
             yield tmp
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -53,6 +67,7 @@ def shared_slice(_shared_cluster: SimCluster) -> SimCluster:
     kill or re-add its hosts: the next test gets the missing ones back."""
     sim = _shared_cluster
     if not ray.is_initialized():
+        use_test_token()  # a `jobs.local` cluster started since has its own token
         ray.init(address=sim.cluster.address, logging_level="warning", log_to_driver=False)
     for worker_id in range(SHARED_SHAPE.hosts):
         if (SHARED_SLICE, worker_id) not in sim.nodes:

@@ -11,12 +11,14 @@ import contextlib
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import ray
 from ray.cluster_utils import Cluster
 
 from infra import catalog
 from jobs.local import host_env
+from jobs.runtime.auth import use_token
 
 # The one whole slice the cluster tests share (tests/jobs/conftest.py: `shared_slice`).
 SHARED_SHAPE = catalog.shape("v6e", "4x4")
@@ -71,11 +73,25 @@ def patched_environ(values: dict[str, str]) -> Iterator[None]:
                 os.environ[k] = v
 
 
+_test_token: list[Path] = []  # the token file of the test clusters (tests/jobs/conftest.py: ray_tmp)
+
+
+def set_test_token(path: Path) -> None:
+    _test_token[:] = [path]
+
+
+def use_test_token() -> None:
+    """Point this process (and the nodes it starts next) at the test clusters' token."""
+    if _test_token:
+        use_token(token_path=str(_test_token[0]))
+
+
 @contextlib.contextmanager
 def simulated_cluster(hosts: Sequence[SimHost], head_cpus: int = 4) -> Iterator[SimCluster]:
     """Start a head plus one raylet per host, connect the driver (from whatever cluster it was
     connected to: `shared_slice` reconnects it), and always tear it all down."""
     ray.shutdown()
+    use_test_token()
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": head_cpus, "object_store_memory": 128 * 2**20})
     sim = SimCluster(cluster)
     try:

@@ -6,6 +6,7 @@ import dataclasses
 
 from infra import catalog
 from jobs import cli, demo, local
+from jobs.local.env import clean_base_env, write_token
 
 
 def test_a_simulated_host_gets_what_the_gke_webhook_injects_plus_cpu_jax():
@@ -25,10 +26,39 @@ def test_a_simulated_host_gets_what_the_gke_webhook_injects_plus_cpu_jax():
     assert local.host_env(tpu7x, "x", 0)["TPU_ACCELERATOR_TYPE"] == tpu7x.pod_type == "v7x-16"
 
 
-def test_ray_files_stay_under_the_given_dir():
-    env = local.ray_env("/repo/build/local-ray/ray")
-    assert env["RAY_TMPDIR"] == "/repo/build/local-ray/ray" and env["RAY_AUTH_MODE"] == "disabled"
+def test_ray_files_and_the_token_stay_under_the_state_dir():
+    env = local.ray_env("/repo/build/local-ray")
+    assert env["RAY_TMPDIR"] == "/repo/build/local-ray/ray"
+    # Token authentication on, as on GKE; the token is read from the state dir, never ~/.ray.
+    assert env["RAY_AUTH_MODE"] == "token" and env["RAY_AUTH_TOKEN_PATH"] == "/repo/build/local-ray/auth_token"
+    assert "RAY_AUTH_TOKEN" not in env
     assert local.DEFAULT_STATE_DIR.parts[-2:] == ("build", "local-ray")
+
+
+def test_a_new_token_per_cluster_readable_by_its_owner_only(tmp_path):
+    (tmp_path / "auth_token").write_text("an old token")
+    (tmp_path / "auth_token").chmod(0o644)
+    first = write_token(tmp_path).read_text()
+    assert (tmp_path / "auth_token").stat().st_mode & 0o777 == 0o600
+    assert first != "an old token" and len(first) >= 32
+    assert write_token(tmp_path).read_text() != first
+
+
+def test_the_printed_exports_name_the_token_file_not_the_token(tmp_path):
+    token = write_token(tmp_path).read_text()
+    lines = local.client_exports(tmp_path, "http://127.0.0.1:8265").splitlines()
+    assert lines == [
+        "export RAY_ADDRESS=http://127.0.0.1:8265",
+        "export RAY_AUTH_MODE=token",
+        f"export RAY_AUTH_TOKEN_PATH={tmp_path}/auth_token",
+    ]
+    assert token not in "\n".join(lines)
+
+
+def test_a_developers_ray_token_never_reaches_the_simulated_nodes(monkeypatch):
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "a GKE token")
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", "/elsewhere")
+    assert not any(k.startswith("RAY_AUTH_") for k in clean_base_env())
 
 
 def test_state_round_trips(tmp_path):
