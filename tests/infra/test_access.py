@@ -12,6 +12,7 @@ RAY_AUTH_MODE / RAY_AUTH_TOKEN only to containers that lack them); `ray start --
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 from pathlib import Path
@@ -33,12 +34,18 @@ REPO = Path(__file__).resolve().parents[2]
 KUBERNETES_VERSION = "1.33"  # the oldest GKE minor the release channels offer as read
 
 
-def printed(env_name: str) -> list[dict[str, Any]]:
+@functools.cache
+def _printed(env_name: str) -> str:
     proc = subprocess.run(
         [sys.executable, "-m", "infra", "manifests", "--env", env_name], cwd=REPO, capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 0, proc.stderr
-    return list(yaml.safe_load_all(proc.stdout))
+    return proc.stdout
+
+
+def printed(env_name: str) -> list[dict[str, Any]]:
+    """What `python -m infra manifests --env NAME` prints (run once per environment)."""
+    return list(yaml.safe_load_all(_printed(env_name)))
 
 
 def every(env_name: str) -> list[dict[str, Any]]:
