@@ -9,6 +9,8 @@ topology, size, capacity and status, and missing or extra pools. Prints a table.
   python -m infra.doctor --env dev                          the real GKE API, gcloud ADC credentials
   python -m infra.doctor --env dev --endpoint http://...    another endpoint (tests, emulators), no credentials
   python -m infra.doctor --env dev --ray-address ray://...  also: complete idle slices Ray sees per shape
+  python -m infra.doctor --env dev --kubectl                also: the cluster's KubeRay knows every field
+                                                            the manifests use (infra.kuberay_crd)
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from infra import kuberay_crd
 from infra.argtypes import positive_seconds
 from infra.catalog import CatalogError
 from infra.config import ConfigError, Environment, environment_names, load_environment
@@ -343,18 +346,24 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--timeout", type=positive_seconds, default=20.0, help="seconds per API call (and for the Ray report)")
     parser.add_argument("--ray-address", default=None, help="also report the complete idle slices this Ray cluster sees")
+    parser.add_argument("--kubectl", action="store_true", help="also check the cluster's KubeRay CRD (current kubectl context)")
     args = parser.parse_args(argv)
     try:
         env = load_environment(args.env)
         with make_client(args.endpoint) as client:
             cluster, pools = fetch(env, client, args.timeout)
-    except (ConfigError, CatalogError, DoctorError) as err:
+        crd = kuberay_crd.read_crd(args.timeout) if args.kubectl else None
+    except (ConfigError, CatalogError, DoctorError, kuberay_crd.CrdError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
     findings = compare(env, cluster, pools)
+    if crd is not None:
+        for c in kuberay_crd.check(env, crd):
+            wanted = f"knows it (KubeRay >= {c.feature.since})"
+            findings.append(_check(f"CRD {kuberay_crd.CRD}", c.feature.field, wanted, wanted if c.known else "unknown field"))
     # A pipe or a test gets no terminal width; 80 columns would fold the table.
     console = Console() if sys.stdout.isatty() else Console(width=200)
     console.print(findings_table(env, findings))

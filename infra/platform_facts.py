@@ -357,5 +357,5 @@ KUBERAY_AUTH = (
     ),
 )
 # Which KubeRay the GKE Ray Operator add-on runs: not published (GKE_RAY_ADDON_PAGE, read 2026-12-03).
-# `kubectl get crd rayclusters.ray.io -o yaml | grep -c authOptions` answers it on a live cluster.
+# `python -m infra.doctor --kubectl` reads the live cluster's CRD instead (infra.kuberay_crd).
 GKE_RAY_ADDON_KUBERAY: str | None = None

@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -12,10 +14,13 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from google.cloud import container_v1
 
+from infra import kuberay_crd
 from infra.config import environment_names, load_environment, parse_environment
 from infra.doctor import DoctorError, Finding, bounded, compare, main, ray_shapes
+from tests.fake_kube import FakeKube, serve
 from tests.infra.fake_gke import FakeGke, google_error, render_cluster, render_node_pools
 
 REPO = Path(__file__).resolve().parents[2]
@@ -380,3 +385,55 @@ def test_default_endpoint_without_credentials_is_one_line(tmp_path):
     )
     line = one_line_error(proc.stderr)
     assert proc.returncode == 2 and "no Google credentials" in line and "gcloud auth application-default login" in line
+
+
+# --- the cluster's KubeRay CRD (--kubectl), through the real kubectl against a local API server -----
+
+
+def shared_crd() -> dict:
+    path = REPO.parent / "shared" / "kuberay" / "crds" / "ray.io_rayclusters.yaml"
+    if not path.is_file():
+        pytest.skip("../shared/kuberay/crds is not here")
+    return yaml.safe_load(path.read_text())
+
+
+def test_the_crd_check_finds_the_fields_the_manifests_use():
+    crd = shared_crd()
+    (check,) = kuberay_crd.check(DEV, crd)
+    assert check.feature.field == "authOptions.mode" and check.feature.since == "1.5.1" and check.known
+    older = copy.deepcopy(crd)  # a KubeRay before 1.5.1: no authOptions in its schema
+    for version in older["spec"]["versions"]:
+        version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"].pop("authOptions", None)
+    (check,) = kuberay_crd.check(DEV, older)
+    assert not check.known
+
+
+@pytest.mark.parametrize("has_auth_options", [True, False])
+def test_cli_kubectl_reports_a_kuberay_too_old_for_the_manifests(gke, tmp_path, has_auth_options):
+    if shutil.which("kubectl") is None:
+        pytest.skip("kubectl is not installed")
+    crd = shared_crd()
+    if not has_auth_options:
+        for version in crd["spec"]["versions"]:
+            version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"].pop("authOptions", None)
+    with serve(FakeKube(crds={"rayclusters.ray.io": crd})) as kube:
+        env = {**os.environ, "KUBECONFIG": str(kube.kubeconfig(tmp_path)), "HOME": str(tmp_path)}
+        cmd = [sys.executable, "-m", "infra.doctor", "--env", "dev", "--endpoint", gke.url, "--timeout", "10", "--kubectl"]
+        proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert "CRD rayclusters.ray.io" in proc.stdout and "authOptions.mode" in proc.stdout, proc.stdout + proc.stderr
+    if has_auth_options:
+        assert proc.returncode == 0 and "all" in proc.stdout.splitlines()[-1]
+    else:
+        assert proc.returncode == 1 and "unknown field" in proc.stdout
+        assert proc.stdout.splitlines()[-1].endswith("CRD rayclusters.ray.io authOptions.mode")
+
+
+def test_cli_kubectl_without_the_crd_is_one_line(gke, tmp_path):
+    if shutil.which("kubectl") is None:
+        pytest.skip("kubectl is not installed")
+    with serve(FakeKube()) as kube:
+        env = {**os.environ, "KUBECONFIG": str(kube.kubeconfig(tmp_path)), "HOME": str(tmp_path)}
+        cmd = [sys.executable, "-m", "infra.doctor", "--env", "dev", "--endpoint", gke.url, "--timeout", "10", "--kubectl"]
+        proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    line = one_line_error(proc.stderr)
+    assert proc.returncode == 2 and "cannot read the rayclusters.ray.io CRD" in line and "not found" in line
