@@ -1,12 +1,14 @@
-"""Train a decoder-only transformer LM on whole TPU slices, the way Ray recommends for TPUs.
+"""Train a Llama-architecture LM on whole TPU slices, the way Ray recommends for TPUs.
 
-    python -m jobs.train --generation v6e --topology 4x4 [--steps N] [--storage DIR|gs://...] [--name RUN]
+    python -m jobs.train --generation v6e --topology 4x4 [--preset tiny|125m|1b|8b] [--steps N] [--storage DIR|gs://...] [--name RUN]
 
 Ray Train's `JaxTrainer` with `ScalingConfig(use_tpu=True, topology, accelerator_type, num_workers =
 hosts x slices)` reserves the slices itself (one worker per host) and initializes `jax.distributed`;
 Ray Data feeds each worker its shard of synthetic token rows (`get_dataset_shard`). The batch is
 split over a (data, fsdp) mesh of every chip; parameters and optimizer state are sharded over the
-fsdp axis (the chips of one host by default) and replicated over data.
+fsdp axis (every chip of a slice by default: over ICI, so per-chip memory falls as the slice grows)
+and replicated over data (one row per slice: over DCN). The model (jobs.train.model) is a Llama
+decoder whose parameters export under Hugging Face's names (jobs.train.hf).
 
 Checkpoints go through `ray.train.report(checkpoint=...)` to `RunConfig(storage_path=...)`: the
 simulation's shared directory (`JOBS_STORAGE_PATH`, set by `jobs.local`) or else the environment

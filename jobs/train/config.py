@@ -11,7 +11,7 @@ from typing import Any
 
 from jobs import cli
 from jobs.runtime.reruns import RetryBudget
-from jobs.train.model import ModelConfig
+from jobs.train.model import PRESETS, ModelConfig, param_count, with_overrides
 
 STORAGE_ENV = "JOBS_STORAGE_PATH"
 # A step (or a batch, or a checkpoint) that takes this long is a hang. The first step includes
@@ -23,13 +23,13 @@ DEFAULT_STEP_TIMEOUT_S = 1800.0
 class TrainConfig:
     """Everything a worker needs (sent as `train_loop_config`)."""
 
-    model: dict[str, int]
+    model: dict[str, Any]  # ModelConfig.to_dict()
     steps: int
     global_batch: int
     learning_rate: float
     warmup_steps: int
     checkpoint_every: int
-    fsdp: int  # 0: the chips of one host
+    fsdp: int  # the parameter-sharding axis: the chips of a slice, or a divisor of them
     seed: int
     peak_flops: float  # the slices' bf16 peak, for MFU on TPU
     matmul_baseline: int  # >0: also time a dense matmul of this size per device, for the benchmark
@@ -127,7 +127,7 @@ def default_storage(target: cli.SliceTarget) -> str | None:
 
 
 def _parser() -> cli.JobArgumentParser:
-    p = cli.JobArgumentParser(prog="python -m jobs.train", description="Train a decoder-only transformer LM on whole TPU slices.")
+    p = cli.JobArgumentParser(prog="python -m jobs.train", description="Train a Llama-architecture LM on whole TPU slices.")
     cli.add_slice_flags(p)
     g = p.add_argument_group("training")
     g.add_argument("--steps", type=cli.positive_int, default=50, help="train until this step (default 50)")
@@ -135,7 +135,7 @@ def _parser() -> cli.JobArgumentParser:
     g.add_argument("--learning-rate", type=cli.positive_number, default=3e-3)
     g.add_argument("--warmup-steps", type=cli.positive_int, default=5)
     g.add_argument("--checkpoint-every", type=cli.positive_int, default=10, metavar="STEPS")
-    g.add_argument("--fsdp", type=cli.positive_int, default=None, help="parameter-sharding axis size (default: chips per host)")
+    g.add_argument("--fsdp", type=cli.positive_int, default=None, help="parameter-sharding axis size (default: every chip of a slice)")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--name", default=None, help="run name; the same name resumes (default: train-<pod type>-x<slices>)")
     g.add_argument(
@@ -143,30 +143,51 @@ def _parser() -> cli.JobArgumentParser:
     )
     g.add_argument("--matmul-baseline", type=int, default=0, metavar="SIZE", help=argparse.SUPPRESS)  # bench/jobs_bench.py
     cli.add_fault_flags(p, step_timeout_s=DEFAULT_STEP_TIMEOUT_S)
-    m = p.add_argument_group("model")
-    defaults = ModelConfig()
-    m.add_argument("--seq-len", type=cli.positive_int, default=defaults.seq_len)
-    m.add_argument("--d-model", type=cli.positive_int, default=defaults.d_model)
-    m.add_argument("--layers", type=cli.positive_int, default=defaults.n_layers)
-    m.add_argument("--heads", type=cli.positive_int, default=defaults.n_heads)
-    m.add_argument("--d-ff", type=cli.positive_int, default=None, help="default: 4 x d-model")
-    m.add_argument("--vocab", type=cli.positive_int, default=defaults.vocab)
+    m = p.add_argument_group("model (a Llama-architecture decoder: jobs/train/model.py)")
+    m.add_argument(
+        "--preset",
+        choices=sorted(PRESETS, key=lambda n: param_count(PRESETS[n])),
+        default="tiny",
+        help="model size (default tiny); the flags below override its fields",
+    )
+    m.add_argument("--seq-len", type=cli.positive_int, default=None)
+    m.add_argument("--d-model", type=cli.positive_int, default=None)
+    m.add_argument("--layers", type=cli.positive_int, default=None)
+    m.add_argument("--heads", type=cli.positive_int, default=None, help="query heads")
+    m.add_argument("--kv-heads", type=cli.positive_int, default=None, help="key/value heads (grouped-query attention)")
+    m.add_argument("--d-ff", type=cli.positive_int, default=None, help="MLP width (default: the preset's ratio to d-model)")
+    m.add_argument("--vocab", type=cli.positive_int, default=None)
     return p
+
+
+def model_config(args: argparse.Namespace) -> ModelConfig:
+    """The preset with the shape flags given; ValueError says which rule a combination breaks."""
+    return with_overrides(
+        PRESETS[args.preset],
+        vocab=args.vocab,
+        seq_len=args.seq_len,
+        d_model=args.d_model,
+        n_layers=args.layers,
+        n_heads=args.heads,
+        n_kv_heads=args.kv_heads,
+        d_ff=args.d_ff,
+    )
 
 
 def parse_config(argv: Sequence[str] | None = None) -> tuple[cli.SliceTarget, TrainConfig, str, str, RetryBudget]:
     parser = _parser()
     args, target = cli.parse(parser, argv)
     try:
-        model = ModelConfig(args.vocab, args.seq_len, args.d_model, args.layers, args.heads, args.d_ff or 4 * args.d_model)
+        model = model_config(args)
     except ValueError as err:
-        parser.error(f"argument --heads: {err}")
+        flag = "--kv-heads" if "n_kv_heads" in str(err) else "--heads"
+        parser.error(f"argument {flag}: {err}")
     devices = target.shape.jax_devices * target.slices
     if args.batch_size % devices:
         parser.error(f"argument --batch-size: {args.batch_size} must be a multiple of the {devices} chips of {target.describe()}")
-    fsdp = args.fsdp or 0
-    if fsdp and target.shape.jax_devices_per_host % fsdp:
-        parser.error(f"argument --fsdp: {fsdp} must divide the {target.shape.jax_devices_per_host} chips of a host")
+    fsdp = args.fsdp or target.shape.jax_devices
+    if target.shape.jax_devices % fsdp:
+        parser.error(f"argument --fsdp: {fsdp} must divide the {target.shape.jax_devices} chips of a slice")
     storage = args.storage or default_storage(target)
     if not storage:
         parser.error(f"argument --storage: needed (no ${STORAGE_ENV} and no environment config with a bucket)")

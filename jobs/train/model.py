@@ -1,8 +1,14 @@
-"""A small decoder-only transformer LM in plain JAX, and how to shard it (data + FSDP).
+"""A Llama-architecture decoder in plain JAX, and how to shard it over a (data, fsdp) mesh.
 
-Pre-norm blocks (RMSNorm, causal multi-head attention, GELU MLP), learned positions, output tied to
-the embedding. Layers are stacked on a leading axis and run with `lax.scan`, so compile time does
-not grow with depth. Parameters are float32; matmuls run in `compute_dtype` (bfloat16 on TPU).
+Pre-norm blocks: RMSNorm, grouped-query attention with rotary positions (the rotate-half layout
+Hugging Face's `LlamaForCausalLM` uses, so the weights export as they are), a SwiGLU MLP, and an
+untied output head: the architecture vLLM and Hugging Face serve. Layers are stacked on a leading
+axis and run with `lax.scan`, so compile time does not grow with depth. Parameters are float32;
+matmuls run in `compute_dtype` (bfloat16 on TPU).
+
+Plain pytrees, not Flax NNX: the parameters are a dict whose leaves map one to one onto the
+Hugging Face tensor names (an export is a rename and a transpose), sharding specs are a `tree.map`
+over the same dict, and the job needs no framework beyond JAX and optax.
 
 JAX is imported inside the functions that need it: the job's driver uses `ModelConfig` and the
 FLOP arithmetic only, and should not pay for importing JAX.
@@ -10,7 +16,7 @@ FLOP arithmetic only, and should not pay for importing JAX.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -37,71 +43,155 @@ class ModelConfig:
     seq_len: int = 64
     d_model: int = 128
     n_layers: int = 2
-    n_heads: int = 4
-    d_ff: int = 512
+    n_heads: int = 2
+    n_kv_heads: int = 1
+    d_ff: int = 384
+    rope_theta: float = 10_000.0
+    norm_eps: float = 1e-5
+    # Recompute each layer's activations in the backward pass instead of keeping them: the big
+    # presets' activations would not fit in HBM otherwise (jax.checkpoint; ~1/3 more compute).
+    remat: bool = False
 
     def __post_init__(self):
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model ({self.d_model}) must be a multiple of n_heads ({self.n_heads})")
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(f"n_heads ({self.n_heads}) must be a multiple of n_kv_heads ({self.n_kv_heads})")
+        if self.head_dim % 2:
+            raise ValueError(f"the head dimension d_model / n_heads ({self.head_dim}) must be even for rotary positions")
 
     @property
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
 
-    def to_dict(self) -> dict[str, int]:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+# Size presets (`jobs.train --preset NAME`; the shape flags override them). `tiny` trains in seconds
+# on 2 CPU cores, with a head dimension of 64 (one vLLM's CPU attention takes); the others are the
+# shapes of GPT-3 Small / Llama-3.2-1B / Llama-3-8B (their config.json), for TPU slices.
+PRESETS: dict[str, ModelConfig] = {
+    "tiny": ModelConfig(),
+    "125m": ModelConfig(vocab=32_000, seq_len=2048, d_model=768, n_layers=12, n_heads=12, n_kv_heads=12, d_ff=2048),
+    "1b": ModelConfig(
+        vocab=128_256, seq_len=2048, d_model=2048, n_layers=16, n_heads=32, n_kv_heads=8, d_ff=8192, rope_theta=500_000.0, remat=True
+    ),
+    "8b": ModelConfig(
+        vocab=128_256, seq_len=8192, d_model=4096, n_layers=32, n_heads=32, n_kv_heads=8, d_ff=14_336, rope_theta=500_000.0, remat=True
+    ),
+}
+
+
+def with_overrides(preset: ModelConfig, **given: int | None) -> ModelConfig:
+    """The preset with the shape flags that were given; a new d_model keeps the preset's MLP ratio
+    unless d_ff is given too, and new heads keep its grouping where they can (pure)."""
+    changes: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
+    if "d_model" in changes and "d_ff" not in changes:
+        changes["d_ff"] = max(1, round(preset.d_ff * changes["d_model"] / preset.d_model))
+    if "n_heads" in changes and "n_kv_heads" not in changes:
+        group = preset.n_heads // preset.n_kv_heads
+        changes["n_kv_heads"] = changes["n_heads"] // group if changes["n_heads"] % group == 0 else changes["n_heads"]
+    return replace(preset, **changes)
+
+
+def shapes(cfg: ModelConfig) -> Params:
+    """Every parameter's shape, in the tree `init_params` builds (pure)."""
+    d, f, layers, hd = cfg.d_model, cfg.d_ff, cfg.n_layers, cfg.head_dim
+    q, kv = cfg.n_heads * hd, cfg.n_kv_heads * hd
+    return {
+        "embed": (cfg.vocab, d),
+        "layers": {
+            "attn_norm": (layers, d),
+            "wq": (layers, d, q),
+            "wk": (layers, d, kv),
+            "wv": (layers, d, kv),
+            "wo": (layers, q, d),
+            "mlp_norm": (layers, d),
+            "w_gate": (layers, d, f),
+            "w_up": (layers, d, f),
+            "w_down": (layers, f, d),
+        },
+        "norm_f": (d,),
+        "lm_head": (d, cfg.vocab),
+    }
 
 
 def param_count(cfg: ModelConfig) -> int:
     """Every parameter (pure; matches `init_params`)."""
-    d, f, layers = cfg.d_model, cfg.d_ff, cfg.n_layers
-    per_layer = 2 * d + d * 3 * d + d * d + d * f + f * d
-    return cfg.vocab * d + cfg.seq_len * d + layers * per_layer + d
+    leaves = [*(s for k, s in shapes(cfg).items() if k != "layers"), *shapes(cfg)["layers"].values()]
+    return int(sum(np.prod(s) for s in leaves))
 
 
 def flops_per_token(cfg: ModelConfig) -> float:
     """Training FLOPs per token, the PaLM way: 6 x matmul parameters (forward 2, backward 4; the
-    tied output projection counts, the embedding lookup does not) + 12 x layers x d_model x seq_len
-    for the attention scores and their use."""
-    d, f, layers = cfg.d_model, cfg.d_ff, cfg.n_layers
-    matmul_params = layers * (d * 3 * d + d * d + 2 * d * f) + d * cfg.vocab
-    return 6.0 * matmul_params + 12.0 * layers * d * cfg.seq_len
+    output head counts, the embedding lookup does not) + 12 x layers x attention width x seq_len
+    for the attention scores and their use (pure)."""
+    d, f, layers, hd = cfg.d_model, cfg.d_ff, cfg.n_layers, cfg.head_dim
+    q, kv = cfg.n_heads * hd, cfg.n_kv_heads * hd
+    matmul_params = layers * (d * q + 2 * d * kv + q * d + 3 * d * f) + d * cfg.vocab
+    return 6.0 * matmul_params + 12.0 * layers * q * cfg.seq_len
 
 
 def init_params(cfg: ModelConfig, seed: int) -> Params:
     """Initial parameters as host numpy arrays (deterministic per seed).
 
     Numpy, not `jax.random` under `jit`: on a multi-process mesh, compiling a sharded random
-    initializer costs several seconds per process, and the arrays are small enough to build on
+    initializer costs several seconds per process, and the small presets are cheap to build on
     each host and hand to `jax.make_array_from_callback`.
     """
     rng = np.random.default_rng(seed)
-    d, f, layers = cfg.d_model, cfg.d_ff, cfg.n_layers
+    tree = shapes(cfg)
+    depth = 2 * cfg.n_layers
 
     def normal(shape, scale):
         return (rng.standard_normal(shape) * scale).astype(np.float32)
 
+    layers = tree["layers"]
+    d, f, q = cfg.d_model, cfg.d_ff, cfg.n_heads * cfg.head_dim
     return {
-        "embed": normal((cfg.vocab, d), 0.02),
-        "pos": normal((cfg.seq_len, d), 0.02),
+        "embed": normal(tree["embed"], 0.02),
         "layers": {
-            "norm1": np.ones((layers, d), np.float32),
-            "wqkv": normal((layers, d, 3 * d), 1 / np.sqrt(d)),
-            "wo": normal((layers, d, d), 1 / np.sqrt(d * 2 * layers)),
-            "norm2": np.ones((layers, d), np.float32),
-            "w1": normal((layers, d, f), 1 / np.sqrt(d)),
-            "w2": normal((layers, f, d), 1 / np.sqrt(f * 2 * layers)),
+            "attn_norm": np.ones(layers["attn_norm"], np.float32),
+            "wq": normal(layers["wq"], 1 / np.sqrt(d)),
+            "wk": normal(layers["wk"], 1 / np.sqrt(d)),
+            "wv": normal(layers["wv"], 1 / np.sqrt(d)),
+            "wo": normal(layers["wo"], 1 / np.sqrt(q * depth)),
+            "mlp_norm": np.ones(layers["mlp_norm"], np.float32),
+            "w_gate": normal(layers["w_gate"], 1 / np.sqrt(d)),
+            "w_up": normal(layers["w_up"], 1 / np.sqrt(d)),
+            "w_down": normal(layers["w_down"], 1 / np.sqrt(f * depth)),
         },
-        "norm_f": np.ones((d,), np.float32),
+        "norm_f": np.ones(tree["norm_f"], np.float32),
+        "lm_head": normal(tree["lm_head"], 0.02),  # Hugging Face Llama's initializer_range: logits start near uniform
     }
 
 
-def _rms_norm(x, scale):
+def rms_norm(x, scale, eps: float):
     import jax
     import jax.numpy as jnp
 
     x32 = x.astype(jnp.float32)
-    return (x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + 1e-6) * scale).astype(x.dtype)
+    return (x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)).astype(x.dtype) * scale
+
+
+def rope_tables(seq: int, head_dim: int, theta: float):
+    """cos and sin [seq, head_dim] for rotary positions, in Hugging Face Llama's layout (pure)."""
+    import jax.numpy as jnp
+
+    inv_freq = 1.0 / (theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim))
+    angles = jnp.outer(jnp.arange(seq, dtype=jnp.float32), inv_freq)
+    angles = jnp.concatenate([angles, angles], axis=-1)
+    return jnp.cos(angles), jnp.sin(angles)
+
+
+def apply_rope(x, cos, sin):
+    """x [batch, seq, heads, head_dim] rotated by position: x cos + rotate_half(x) sin."""
+    import jax.numpy as jnp
+
+    half = x.shape[-1] // 2
+    rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    return (x.astype(jnp.float32) * cos[:, None, :] + rotated.astype(jnp.float32) * sin[:, None, :]).astype(x.dtype)
 
 
 def forward(params: Params, tokens: jax.Array, cfg: ModelConfig, compute_dtype=None) -> jax.Array:
@@ -112,25 +202,31 @@ def forward(params: Params, tokens: jax.Array, cfg: ModelConfig, compute_dtype=N
 
     compute_dtype = compute_dtype or jnp.float32
     batch, seq = tokens.shape
-    x = (params["embed"][tokens] + params["pos"][:seq]).astype(compute_dtype)
+    hd, heads, kv_heads = cfg.head_dim, cfg.n_heads, cfg.n_kv_heads
+    group = heads // kv_heads
+    x = params["embed"][tokens].astype(compute_dtype)
+    cos, sin = rope_tables(seq, hd, cfg.rope_theta)
     causal = jnp.tril(jnp.ones((seq, seq), bool))
 
     def block(x, layer):
         layer = jax.tree.map(lambda w: w.astype(compute_dtype), layer)
-        h = _rms_norm(x, layer["norm1"])
-        q, k, v = jnp.split(h @ layer["wqkv"], 3, axis=-1)
-        q, k, v = (t.reshape(batch, seq, cfg.n_heads, cfg.head_dim) for t in (q, k, v))
-        scores = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32) / np.sqrt(cfg.head_dim)
+        h = rms_norm(x, layer["attn_norm"], cfg.norm_eps)
+        q = apply_rope((h @ layer["wq"]).reshape(batch, seq, heads, hd), cos, sin)
+        k = apply_rope((h @ layer["wk"]).reshape(batch, seq, kv_heads, hd), cos, sin)
+        v = (h @ layer["wv"]).reshape(batch, seq, kv_heads, hd)
+        # Grouped-query attention: each key/value head serves `group` query heads.
+        q = q.reshape(batch, seq, kv_heads, group, hd)
+        scores = jnp.einsum("bqkgd,bskd->bkgqs", q, k).astype(jnp.float32) / np.sqrt(hd)
         weights = jax.nn.softmax(jnp.where(causal, scores, -1e30), axis=-1).astype(compute_dtype)
-        attn = jnp.einsum("bhqk,bkhd->bqhd", weights, v).reshape(batch, seq, cfg.d_model)
+        attn = jnp.einsum("bkgqs,bskd->bqkgd", weights, v).reshape(batch, seq, heads * hd)
         x = x + attn @ layer["wo"]
-        h = _rms_norm(x, layer["norm2"])
-        x = x + jax.nn.gelu(h @ layer["w1"]) @ layer["w2"]
+        h = rms_norm(x, layer["mlp_norm"], cfg.norm_eps)
+        x = x + (jax.nn.silu(h @ layer["w_gate"]) * (h @ layer["w_up"])) @ layer["w_down"]
         return x, None
 
-    x, _ = jax.lax.scan(block, x, params["layers"])
-    x = _rms_norm(x, params["norm_f"].astype(compute_dtype))
-    return (x @ params["embed"].astype(compute_dtype).T).astype(jnp.float32)
+    x, _ = jax.lax.scan(jax.checkpoint(block) if cfg.remat else block, x, params["layers"])
+    x = rms_norm(x, params["norm_f"].astype(compute_dtype), cfg.norm_eps)
+    return (x @ params["lm_head"].astype(compute_dtype)).astype(jnp.float32)
 
 
 def loss_fn(params: Params, tokens: jax.Array, cfg: ModelConfig, compute_dtype=None) -> jax.Array:

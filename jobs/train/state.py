@@ -1,5 +1,6 @@
-"""The sharded model and optimizer of one training worker: a (data, fsdp) mesh over every chip,
-parameters and optimizer state sharded over fsdp and replicated over data, and the compiled step."""
+"""The sharded model and optimizer of one training worker: a (data, fsdp) mesh over every chip
+(fsdp: the chips of a slice, by default), parameters and optimizer state sharded over fsdp and
+replicated over data, and the compiled step."""
 
 from __future__ import annotations
 
@@ -29,15 +30,15 @@ class ShardedState:
         self.cfg = ModelConfig(**config.model)
         self.platform = jax.devices()[0].platform
         self.compute_dtype = jnp.bfloat16 if self.platform == "tpu" else jnp.float32
-        local = jax.local_device_count()
-        fsdp = config.fsdp or local
-        if local % fsdp or config.global_batch % jax.device_count():
+        fsdp = config.fsdp or jax.local_device_count()
+        if jax.device_count() % fsdp or config.global_batch % jax.device_count():
             raise ValueError(
-                f"--fsdp {fsdp} must divide the {local} chips of a host and --batch-size {config.global_batch} "
-                f"must be a multiple of the {jax.device_count()} chips"
+                f"--fsdp {fsdp} must divide the {jax.device_count()} chips and --batch-size {config.global_batch} "
+                f"must be a multiple of them"
             )
-        # Devices in process order, so each process owns whole rows of the mesh and therefore a
-        # contiguous block of the batch (what make_array_from_process_local_data expects).
+        # Devices in process order (Ray Train's ranks: slice by slice, host by host), so a mesh row
+        # is one slice's chips and each process owns a contiguous block of the batch (what
+        # make_array_from_process_local_data expects).
         devices = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
         self.mesh = Mesh(np.array(devices).reshape(-1, fsdp), (DATA_AXIS, FSDP_AXIS))
         self.batch_sharding = NamedSharding(self.mesh, batch_spec())
@@ -82,7 +83,7 @@ class ShardedState:
         self.params, self.opt_state, loss = self._step(self.params, self.opt_state, tokens)
         return float(loss)  # waits for the step
 
-    # Checkpoints hold full arrays, readable with numpy alone: right for a model this size. A large
+    # Checkpoints hold full arrays, readable with numpy alone: right for the small presets. A large
     # model would write per-process shards (e.g. Orbax) instead. `jobs.train.checkpoints` writes them so
     # that a half-written one is never resumed from.
     def save(self, directory: Path, step: int, is_writer: bool) -> None:
@@ -90,9 +91,9 @@ class ShardedState:
         from jax.experimental import multihost_utils
 
         leaves = jax.tree.leaves((self.params, self.opt_state))
-        # Parameters are sharded within a host and replicated across hosts, so every process
-        # already holds whole arrays: copy them out without a collective (and its compile).
-        # Same layout on every process, so all take the same branch.
+        # Where parameters are sharded within a host only (--fsdp a host's chips), every process
+        # already holds whole arrays: copy them out without a collective (and its compile). Sharded
+        # over the slice, they are gathered. Same layout on every process: all take one branch.
         copies = [_local_copy(leaf) for leaf in leaves]
         if all(c is not None for c in copies):
             leaves = copies

@@ -75,9 +75,30 @@ def test_train_checks_its_own_flags_against_the_slice(capsys):
     err = bad(train.main, ["--batch-size", "10"], capsys)
     assert "--batch-size" in err and "multiple of the 16 chips" in err
     err = bad(train.main, ["--fsdp", "3"], capsys)
-    assert "--fsdp" in err and "divide the 4 chips of a host" in err
+    assert "--fsdp" in err and "divide the 16 chips of a slice" in err
     err = bad(train.main, ["--d-model", "30", "--heads", "4"], capsys)
     assert "--heads" in err
+    err = bad(train.main, ["--heads", "4", "--kv-heads", "3"], capsys)
+    assert "argument --kv-heads" in err and "multiple of n_kv_heads" in err
+    err = bad(train.main, ["--preset", "70b"], capsys)
+    assert "argument --preset" in err and "'tiny', '125m', '1b', '8b'" in err
+
+
+def test_train_presets_and_shape_flags():
+    from jobs.train import parse_config
+    from jobs.train.model import PRESETS, ModelConfig
+
+    def model(*argv: str) -> ModelConfig:
+        _, config, *_ = parse_config(["--generation", "v6e", "--topology", "4x4", "--storage", "/tmp/x", *argv])
+        return ModelConfig(**config.model)
+
+    assert model() == PRESETS["tiny"]
+    assert model("--preset", "8b") == PRESETS["8b"]
+    assert model("--preset", "1b", "--layers", "2", "--seq-len", "128") == ModelConfig(
+        **{**PRESETS["1b"].to_dict(), "n_layers": 2, "seq_len": 128}
+    )
+    _, config, *_ = parse_config(["--generation", "v6e", "--topology", "4x4", "--storage", "/tmp/x"])
+    assert config.fsdp == 16  # every chip of the slice
 
 
 def test_local_up_validates_the_same_flags(capsys):

@@ -12,7 +12,7 @@ from jobs.train.config import mfu
 from jobs.train.data import synthetic_tokens
 from jobs.train.model import ModelConfig, flops_per_token, fsdp_spec, init_params, loss_fn, param_count, param_specs
 
-CFG = ModelConfig(vocab=64, seq_len=16, d_model=32, n_layers=2, n_heads=2, d_ff=64)
+CFG = ModelConfig(vocab=64, seq_len=16, d_model=32, n_layers=2, n_heads=2, n_kv_heads=1, d_ff=64)
 
 
 def test_param_count_matches_the_parameters():
@@ -25,7 +25,8 @@ def test_param_count_matches_the_parameters():
 
 def test_flops_per_token_is_six_per_matmul_parameter_plus_attention():
     d, f, L, T, V = CFG.d_model, CFG.d_ff, CFG.n_layers, CFG.seq_len, CFG.vocab
-    assert flops_per_token(CFG) == 6 * (L * (4 * d * d + 2 * d * f) + d * V) + 12 * L * d * T
+    kv = CFG.n_kv_heads * CFG.head_dim  # grouped-query attention: k and v are narrower than q
+    assert flops_per_token(CFG) == 6 * (L * (2 * d * d + 2 * d * kv + 3 * d * f) + d * V) + 12 * L * d * T
 
 
 def test_fsdp_shards_the_largest_divisible_dim_never_the_layer_axis():
@@ -34,7 +35,7 @@ def test_fsdp_shards_the_largest_divisible_dim_never_the_layer_axis():
     assert fsdp_spec((8, 3), 4, stacked=True) == jax.sharding.PartitionSpec()  # too small: replicated
     assert fsdp_spec((64,), 1, stacked=False) == jax.sharding.PartitionSpec()
     specs = param_specs(init_params(CFG, 0), 4)
-    assert set(specs) == {"embed", "pos", "layers", "norm_f"}
+    assert set(specs) == {"embed", "layers", "norm_f", "lm_head"}
 
 
 def test_synthetic_rows_are_deterministic_arithmetic_sequences():
