@@ -1,12 +1,18 @@
-"""Every port a Ray pod listens on, pinned, as data: the NetworkPolicies name these ports, so Ray
-must not pick any at random. Each port says who connects to it and where its number comes from.
+"""Every port a Ray pod listens on, as data: who connects to it and where its number comes from.
 
-Ray picks the raylet's, the object manager's, the dashboard agent's, the runtime env agent's and
-every worker's port at random unless `ray start` is told (`ray start --help`, Ray 2.60); KubeRay pins
-two of them by default (metrics 8080, dashboard agent 52365: kuberay `common/pod.go`, `utils/constant.go`).
-Ray Train's JAX backend binds its coordinator to a free port (`ray.train._internal.utils.get_address_and_port`),
-which the kernel takes from `net.ipv4.ip_local_port_range`: each Ray pod sets that range
-(`EPHEMERAL_PORTS`, a namespaced sysctl Kubernetes counts as safe), and the policy names it.
+Ray picks the raylet's, the object manager's, the dashboard agent's and the runtime env agent's
+ports at random unless `ray start` is told (`ray start --help`, Ray 2.60), and every worker process
+takes one of `min-worker-port`..`max-worker-port`; KubeRay pins two by default (metrics 8080,
+dashboard agent 52365: kuberay `common/pod.go`, `utils/constant.go`). We pin them all, so a Ray pod's
+ports are the same on every start.
+
+The NetworkPolicies (infra.manifests.network_policy) name single ports only for the clients from
+outside a Ray cluster (the operator, Prometheus, the configured peers). Within a cluster they allow
+every port: Ray's workers listen on thousands of ports (a range), Ray Train's and JAX's coordinators
+on free ones, and a range needs `endPort`, which Cilium (GKE Dataplane V2's policy engine) accepted
+and silently ignored until it implemented port ranges (cilium/cilium#28684), and which allows at
+most 40 ports per rule where it does; GKE does not say which Cilium each version runs. A rule that
+silently admitted one port of a range would leave a slice unable to run a job.
 """
 
 from __future__ import annotations
@@ -24,18 +30,15 @@ RAY_START = Source(
     "`ray start --help` (Ray 2.60.0): the ports Ray otherwise picks at random",
     "https://docs.ray.io/en/latest/ray-core/configure.html#ports-configurations",
 )
-JAX_CLOUD_TPU = Source(
-    "jax/_src/clusters/cloud_tpu_cluster.py (jax 0.10.2): `coordinator_port = '8482'` for multi-host Cloud TPU",
-    "https://github.com/jax-ml/jax/blob/main/jax/_src/clusters/cloud_tpu_cluster.py",
-)
 KUBERAY_TPU_SAMPLE = Source(
     "KubeRay sample ray-cluster.tpu-v4-multihost.yaml (containerPort 8471 `slicebuilder`, 8081 `mxla`); "
     "Ray 2.60 `ray/_private/accelerators/tpu.py` DEFAULT_MEGASCALE_PORT = 8081",
     "https://github.com/ray-project/kuberay/blob/master/ray-operator/config/samples/ray-cluster.tpu-v4-multihost.yaml",
 )
-SAFE_SYSCTLS = Source(
-    'Kubernetes "Using sysctls in a Kubernetes Cluster": net.ipv4.ip_local_port_range is a safe (namespaced) sysctl',
-    "https://kubernetes.io/docs/tasks/administer-cluster/sysctl-cluster/",
+CILIUM_END_PORT = Source(
+    'cilium/cilium#28684 "Cilium silently accepts k8s networkpolicy with endPort without implementing it" (2023-10); '
+    "cilium/cilium#17315 (endPort parsing, at most 40 ports per rule)",
+    "https://github.com/cilium/cilium/issues/28684",
 )
 
 Role = Literal["head", "all", "tpu"]
@@ -69,11 +72,8 @@ RUNTIME_ENV_AGENT = RayPort("runtime-env", 6382, "all", ("cluster",), "runtime-e
 AGENT_GRPC = RayPort("agent-grpc", 6383, "all", ("cluster",), "dashboard-agent-grpc-port", RAY_START)
 AGENT_HTTP = RayPort("agent-http", 52365, "all", ("cluster",), "dashboard-agent-listen-port", KUBERAY_POD)
 WORKERS = RayPort("workers", 10002, "all", ("cluster",), "min-worker-port", RAY_START, end_port=19999)
-JAX_COORDINATOR = RayPort("jax-coord", 8482, "tpu", ("cluster",), None, JAX_CLOUD_TPU)
 SLICE_BUILDER = RayPort("slicebuilder", 8471, "tpu", ("cluster",), None, KUBERAY_TPU_SAMPLE)
 MEGASCALE = RayPort("mxla", 8081, "tpu", ("cluster",), None, KUBERAY_TPU_SAMPLE)  # multislice (DCN)
-# Ray Train's JAX coordinator (a free port) and any other port a job binds without naming one.
-EPHEMERAL = RayPort("ephemeral", 20000, "all", ("cluster",), None, SAFE_SYSCTLS, end_port=29999)
 
 PORTS = (
     GCS,
@@ -87,15 +87,9 @@ PORTS = (
     AGENT_GRPC,
     AGENT_HTTP,
     WORKERS,
-    JAX_COORDINATOR,
     SLICE_BUILDER,
     MEGASCALE,
-    EPHEMERAL,
 )
-# The sysctl that keeps free-port binds (Ray Train's JAX coordinator) inside EPHEMERAL.
-EPHEMERAL_SYSCTL = {"name": "net.ipv4.ip_local_port_range", "value": f"{EPHEMERAL.port} {EPHEMERAL.end_port}"}
-# The environment variable that tells `jobs.runtime.launch` which port the JAX coordinator uses.
-COORDINATOR_PORT_ENV = "RAY_TPU_GKE_JAX_COORDINATOR_PORT"
 
 
 def listens(port: RayPort, head: bool, tpu: bool) -> bool:

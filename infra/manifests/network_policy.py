@@ -1,9 +1,10 @@
 """One `networking.k8s.io/v1` NetworkPolicy per Ray cluster (the RayCluster, and the RayService's):
-its pods accept traffic only as listed below, on the ports infra.ray_ports pins. Egress stays open
-(GCS, Artifact Registry, the metadata server).
+its pods accept traffic only as listed below. Egress stays open (GCS, Artifact Registry, the
+metadata server).
 
-- From the pods of the same Ray cluster (RAY_CLUSTER_LABEL): every port a Ray pod listens on. The
-  head and the TPU hosts reach each other; multi-host JAX needs every host to reach the coordinator.
+- From the pods of the same Ray cluster (RAY_CLUSTER_LABEL): any port. The head and the TPU hosts
+  reach each other; multi-host JAX needs every host to reach the coordinator, and Ray's workers
+  listen on a range of ports no policy can safely name (infra.ray_ports says why).
 - From the KubeRay operator: the dashboard (it deploys a RayService's Serve config and submits
   RayJobs through it) and, for a RayService, Serve (it checks each proxy's health). GKE hosts the
   add-on's operator and does not say where its requests come from; a controller GKE hosts reaches
@@ -45,13 +46,9 @@ def policy_name(cluster: str) -> str:
 
 
 def _ports(ports: list[ray_ports.RayPort]) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    for p in ports:
-        entry: dict[str, Any] = {"protocol": "TCP", "port": p.port}
-        if p.end_port is not None:
-            entry["endPort"] = p.end_port
-        out.append(entry)
-    return out
+    """Single ports only: no `endPort` (infra.ray_ports says why)."""
+    assert all(p.end_port is None for p in ports), "a range reaches a client from outside the cluster"
+    return [{"protocol": "TCP", "port": p.port} for p in ports]
 
 
 def _union(*port_lists: list[ray_ports.RayPort]) -> list[ray_ports.RayPort]:
@@ -86,7 +83,7 @@ def network_policy(env: Environment, cluster: str, *, serving: bool) -> dict[str
     access = env.ray.access
     operator_ports = [ray_ports.DASHBOARD, *([ray_ports.SERVE] if serving else [])]
     rules: list[dict[str, Any]] = [
-        {"from": [{"podSelector": {"matchLabels": own}}], "ports": _ports(_listened("cluster"))},
+        {"from": [{"podSelector": {"matchLabels": own}}]},  # every port: infra.ray_ports says why
         {"from": operator_peers(env), "ports": _ports(operator_ports)},
         {"from": [GMP_COLLECTORS], "ports": _ports(_listened("prometheus"))},
     ]

@@ -39,7 +39,7 @@ HEAD_PORTS = [
     {"containerPort": p.port, "name": p.name}
     for p in (ray_ports.GCS, ray_ports.DASHBOARD, ray_ports.CLIENT, ray_ports.SERVE, ray_ports.METRICS)
 ]
-TPU_PORTS = [{"containerPort": p.port, "name": p.name} for p in (ray_ports.MEGASCALE, ray_ports.SLICE_BUILDER, ray_ports.JAX_COORDINATOR)]
+TPU_PORTS = [{"containerPort": p.port, "name": p.name} for p in (ray_ports.MEGASCALE, ray_ports.SLICE_BUILDER)]
 
 # No privilege escalation and no extra capabilities for any Ray container.
 CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
@@ -128,7 +128,7 @@ def pod_labels(env: Environment, cluster: RayClusterPods) -> dict[str, str]:
 def head_group(env: Environment, cluster: RayClusterPods) -> dict[str, Any]:
     pod_spec: dict[str, Any] = {
         "serviceAccountName": env.ray.kubernetes_service_account,
-        "securityContext": {"runAsNonRoot": True, "runAsUser": RAY_UID, "fsGroup": 100, "sysctls": [ray_ports.EPHEMERAL_SYSCTL]},
+        "securityContext": {"runAsNonRoot": True, "runAsUser": RAY_UID, "fsGroup": 100},
         "containers": [
             {
                 "name": "ray-head",
@@ -196,8 +196,6 @@ def tpu_worker_group(
         "env": [
             {"name": "JAX_PLATFORMS", "value": "tpu,cpu"},
             {"name": "ENABLE_PJRT_COMPATIBILITY", "value": "true"},
-            # Where jobs.runtime.launch puts the JAX coordinator: a port the NetworkPolicy names.
-            {"name": ray_ports.COORDINATOR_PORT_ENV, "value": str(ray_ports.JAX_COORDINATOR.port)},
             *auth_env(cluster),
         ],
         "ports": TPU_PORTS,
@@ -216,7 +214,6 @@ def tpu_worker_group(
             "metadata": {"labels": {**pod_labels(env, cluster), SLICE_GROUP_LABEL: group.name}},
             "spec": {
                 "serviceAccountName": env.ray.kubernetes_service_account,
-                "securityContext": {"sysctls": [ray_ports.EPHEMERAL_SYSCTL]},
                 "nodeSelector": tpu_node_selector(env, group),
                 "containers": [container],
             },

@@ -10,7 +10,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from infra.ray_ports import COORDINATOR_PORT_ENV
 from jobs.runtime import progress
 from jobs.runtime.deadlines import Deadline
 from jobs.runtime.net import free_port
@@ -32,13 +31,6 @@ class JaxProcess:
     @property
     def env_vars(self) -> dict[str, str]:
         return dict(self.env)
-
-
-def coordinator_port() -> int:
-    """The JAX coordinator's port on this host: the one the pod pins (COORDINATOR_PORT_ENV, which
-    its NetworkPolicy names), else any free one (the simulated slice: every host is this machine)."""
-    pinned = os.environ.get(COORDINATOR_PORT_ENV, "")
-    return int(pinned) if pinned.isdigit() else free_port()
 
 
 def jax_processes(hosts: Sequence[Host], slices: int, coordinator_port: int) -> tuple[JaxProcess, ...]:
@@ -104,7 +96,7 @@ def run_per_host(
 
     deadline = Deadline(timeout_s)
     extra = {"runtime_env": dict(runtime_env)} if runtime_env else {}
-    port_task = ray.remote(coordinator_port).options(**reservation.host_options(reservation.coordinator, resources={}))
+    port_task = ray.remote(free_port).options(**reservation.host_options(reservation.coordinator, resources={}))
     port = ray.get(port_task.remote(), timeout=deadline.remaining())
     processes = jax_processes(reservation.hosts, reservation.slices, port)
     if on_start:

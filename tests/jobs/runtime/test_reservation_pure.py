@@ -128,16 +128,3 @@ def test_jax_processes_coordinate_on_worker_0_of_slice_0_with_megascale_for_seve
 def test_jax_processes_refuse_a_first_host_that_is_not_worker_0():
     with pytest.raises(ReservationError):
         jax_processes([Host(0, 0, "a", 1, 0, "n", "ip")], 1, 1)
-
-
-def test_the_coordinator_port_is_the_one_the_pod_pins_else_a_free_one(monkeypatch):
-    from infra import ray_ports
-    from jobs.runtime.launch import coordinator_port
-
-    # On GKE the TPU pods carry the port their NetworkPolicy names (infra.ray_ports, JAX's 8482).
-    monkeypatch.setenv(ray_ports.COORDINATOR_PORT_ENV, "8482")
-    assert coordinator_port() == 8482
-    # The simulated slice: every host is this machine, so each run takes a free port.
-    monkeypatch.delenv(ray_ports.COORDINATOR_PORT_ENV)
-    first, second = coordinator_port(), coordinator_port()
-    assert 1024 < first < 65536 and 1024 < second < 65536 and (first, second) != (8482, 8482)
