@@ -22,6 +22,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from infra import ray_ports
 from infra.config import ConfigError, environment_names, load_environment, parse_environment
 from infra.manifests.network_policy import network_policy
 from infra.manifests.raycluster import manifests
