@@ -57,7 +57,7 @@ def env_file(tmp_path_factory):
     return path
 
 
-def submit(cluster, env_file, *job_args: str) -> subprocess.CompletedProcess:
+def submit(cluster, env_file, *job_args: str, env: dict[str, str] | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
     env_vars = [f"--env-var={k}={v}" for k, v in local.cpu_jax_env(SHAPE).items()]
     cmd = [
         sys.executable,
@@ -69,14 +69,14 @@ def submit(cluster, env_file, *job_args: str) -> subprocess.CompletedProcess:
         "--address",
         cluster.dashboard_url,
         "--timeout",
-        "300",
+        str(timeout),
         *env_vars,
         "--",
         "--reserve-timeout",
         "120",
         *job_args,
     ]
-    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=400)
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout + 100, env=env)
 
 
 def test_healthcheck_through_submit_succeeds(cluster, env_file):
@@ -146,19 +146,7 @@ def test_ray_job_submit_is_refused_without_the_token_and_runs_with_jobs_local_en
 @pytest.mark.parametrize(("token", "why"), [(None, "no token was sent (401)"), ("not-the-token", "the token is not this cluster's (403)")])
 def test_jobs_submit_without_the_right_token_is_one_line_saying_how_to_get_it(cluster, env_file, tmp_path, token, why):
     env = without_ray_auth(tmp_path) | ({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token} if token else {})
-    cmd = [
-        sys.executable,
-        "-m",
-        "jobs.submit",
-        "healthcheck",
-        "--env",
-        str(env_file),
-        "--address",
-        cluster.dashboard_url,
-        "--timeout",
-        "60",
-    ]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120, env=env)
+    proc = submit(cluster, env_file, env=env, timeout=60)
     assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith(f"error: the Ray dashboard at {cluster.dashboard_url} refused") and why in line
