@@ -57,9 +57,6 @@ class RayPort:
     source: Source
     end_port: int | None = None  # a range: port..end_port
 
-    def numbers(self) -> str:
-        return f"{self.port}-{self.end_port}" if self.end_port else str(self.port)
-
 
 GCS = RayPort("gcs", 6379, "head", ("cluster",), "port", RAY_START)
 DASHBOARD = RayPort("dashboard", 8265, "head", ("cluster", "operator", "dashboard-peers"), "dashboard-port", RAY_START)
