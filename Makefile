@@ -61,7 +61,7 @@ test: setup serve-setup lint ## lint, then every test but the slow ones (about 1
 test-fast: setup ## the tests that need no synth, no Ray cluster and no vLLM (a few minutes)
 	$(PY) -m pytest -m "not synth and not cluster and not vllm and not slow"
 
-test-slow: setup serve-setup ## the slow tests alone: whole training runs (with a host killed or wedged) and vLLM end to end (about 13 minutes)
+test-slow: setup serve-setup ## the slow tests alone: whole training runs (with a host killed or wedged), vLLM end to end and `make demo` (about 17 minutes)
 	$(PY) -m pytest -m slow
 
 test-all: setup serve-setup lint ## lint, then every test

@@ -63,7 +63,21 @@ def run_job(client, name: str, entrypoint: str, runtime_env: dict, marker: str, 
     return JobOutcome(name, job_id, status, time.monotonic() - started, cli.parse_result(logs, marker))
 
 
-def _summary_table(hc: JobOutcome | None, tr: JobOutcome | None, timings: dict[str, float]):
+def auth_check(cluster: local.LocalCluster) -> str:
+    """What the slice does with a Jobs API request that carries no token (it must refuse it, as a
+    cluster on GKE does), and where its token is."""
+    import requests
+
+    token = Path(cluster.state_dir) / local.TOKEN_FILE
+    try:
+        code = requests.get(f"{cluster.dashboard_url}/api/jobs/", timeout=10).status_code
+    except requests.RequestException as err:
+        return f"FAILED: {type(err).__name__}"
+    verdict = "on" if code == 401 else f"OFF (HTTP {code} without a token)"
+    return f"{verdict}: a request without the token gets {code}; token in {token} (mode {token.stat().st_mode & 0o777:o})"
+
+
+def _summary_table(hc: JobOutcome | None, tr: JobOutcome | None, timings: dict[str, float], auth: str | None = None):
     from rich.table import Table
 
     table = Table(title="demo summary", show_header=True)
@@ -71,6 +85,8 @@ def _summary_table(hc: JobOutcome | None, tr: JobOutcome | None, timings: dict[s
     table.add_column("status")
     table.add_column("details")
     table.add_row("local slice up", "ok" if "up" in timings else "FAILED", f"{timings.get('up', 0):.0f} s")
+    if auth is not None:
+        table.add_row("token auth", "ok" if auth.startswith("on") else "FAILED", auth)
     if hc:
         r = hc.result or {}
         details = (
@@ -118,6 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     timings: dict[str, float] = {}
     hc = tr = None
     cluster = None
+    auth: str | None = None
     try:
         with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console) as bar:
             step = bar.add_task(f"bringing up {target.describe()}", total=target.hosts + 1)
@@ -130,6 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             bar.update(step, completed=target.hosts + 1, description="simulated slice is up")
             timings["up"] = time.monotonic() - started
+        auth = auth_check(cluster)
         client = jobs_api.bounded_client(cluster.dashboard_url)
         runtime_env = job_runtime_env(shape)
         echo = lambda line: console.print(line, markup=False, highlight=False)  # noqa: E731
@@ -154,10 +172,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 started = time.monotonic()
                 local.down(args.state_dir)
                 timings["down"] = time.monotonic() - started
-        console.print(_summary_table(hc, tr, timings))
+        console.print(_summary_table(hc, tr, timings, auth))
     if args.keep_cluster and cluster is not None:
         console.print(f"cluster left running at {cluster.dashboard_url}; `python -m jobs.local down --state-dir {args.state_dir}` stops it")
-    return 0 if hc and tr and hc.ok and tr.ok else 1
+    return 0 if hc and tr and hc.ok and tr.ok and auth is not None and auth.startswith("on") else 1
 
 
 if __name__ == "__main__":

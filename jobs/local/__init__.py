@@ -29,9 +29,10 @@ from jobs.local.cluster import (
     status,
     up,
 )
-from jobs.local.env import client_exports, cpu_jax_env, host_env, ray_env, slice_name, state_dir_problem
+from jobs.local.env import TOKEN_FILE, client_exports, cpu_jax_env, host_env, ray_env, slice_name, state_dir_problem
 
 __all__ = [
+    "TOKEN_FILE",
     "client_exports",
     "DEFAULT_STATE_DIR",
     "LocalCluster",
