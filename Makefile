@@ -108,8 +108,10 @@ smoke: setup ## healthcheck on the deployed ENV cluster: fails unless the slice 
 doctor: setup ## compare the live ENV cluster and node pools with the config
 	$(PY) -m infra.doctor --env $(ENV)
 
-serve-demo: setup serve-setup ## serve the repo's tiny model with the real vLLM engine locally, query it, tear down
-	.venv-serve/bin/python -m jobs.serve_demo
+SERVE_MODEL := build/serve/trained-llama
+serve-demo: setup serve-setup ## train a model on the simulated slice and export it (once), serve it with the real vLLM engine, query it, tear down
+	test -f $(SERVE_MODEL)/config.json || $(PY) -m jobs.demo --export $(SERVE_MODEL) --train-steps 60
+	.venv-serve/bin/python -m jobs.serve_demo --model-dir $(SERVE_MODEL)
 
 serve-smoke: setup serve-setup ## query ENV's deployed RayService (OpenAI API) through a port-forward
 	.venv-serve/bin/python -m jobs.serve_smoke --env $(ENV)
@@ -124,9 +126,12 @@ show: setup ## summarise what ENV declares
 checkov: synth ## checkov on every synthesized stack (justified skips: infra/checkov_scan.py)
 	$(PY) -m infra.checkov_scan $(CDKTF_OUT) $(CHECKOV)
 
-bench: setup serve-setup ## benchmarks: synth vs bare provider import, jobs vs bare JAX/Ray, Serve vs bare vLLM
+bench: setup serve-setup ## benchmarks: synth vs bare provider import, jobs vs bare JAX/Ray, real text vs synthetic, checkpoint stall, Serve vs bare vLLM, GPU MFU
 	$(PY) bench/synth_bench.py
 	$(PY) bench/jobs_bench.py
+	$(PY) bench/checkpoint_bench.py
+	@if command -v nvidia-smi >/dev/null 2>&1; then $(PY) bench/gpu_mfu.py; \
+	else echo "gpu bench: no NVIDIA GPU here (bench/gpu_mfu.py: the 1B step's MFU where there is one)"; fi
 	.venv-serve/bin/python bench/serve_bench.py
 
 clean: ## remove build outputs (keeps the venvs)

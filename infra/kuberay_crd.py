@@ -8,11 +8,10 @@ runs this against the current kubectl context.
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from dataclasses import dataclass
 from typing import Any
 
+from infra import kubectl
 from infra.config import Environment
 from infra.platform_facts import KUBERAY_AUTH, KubeRayFeature
 
@@ -53,17 +52,17 @@ def v1_schema(crd: dict[str, Any]) -> dict[str, Any]:
 
 
 def read_crd(timeout_s: float) -> dict[str, Any]:
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        raise CrdError("kubectl is not on PATH: install it with `gcloud components install kubectl`")
     try:
-        proc = subprocess.run([kubectl, "get", "crd", CRD, "-o", "json"], capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        raise CrdError(f"kubectl get crd {CRD} took over {timeout_s:g} s") from None
-    if proc.returncode:
-        reason = " ".join(proc.stderr.split()) or f"kubectl exited {proc.returncode}"
-        raise CrdError(f"cannot read the {CRD} CRD: {reason}; is the Ray Operator add-on on, and kubectl's context this cluster?")
-    return json.loads(proc.stdout)
+        out = kubectl.run(["get", "crd", CRD, "-o", "json"], timeout_s, f"read the {CRD} CRD")
+    except kubectl.KubectlError as err:
+        raise CrdError(f"{err}; is the Ray Operator add-on on, and kubectl's context this cluster?") from None
+    try:
+        crd = json.loads(out)
+    except ValueError:
+        crd = None
+    if not isinstance(crd, dict):
+        raise CrdError(f"kubectl get crd {CRD} -o json printed something that is not a JSON object: {out[:120]!r}")
+    return crd
 
 
 def check(env: Environment, crd: dict[str, Any]) -> list[FieldCheck]:

@@ -1,15 +1,20 @@
 """`make demo`: a simulated v6e 4x4 slice, a healthcheck and a short training run, on this machine.
 
-    python -m jobs.demo [--generation v6e --topology 4x4] [--train-steps 12] [--keep-cluster]
+    python -m jobs.demo [--generation v6e --topology 4x4] [--train-steps 12] [--keep-cluster] [--export DIR]
 
 Brings the simulated slice up (`jobs.local`), submits `jobs.healthcheck` and `jobs.train` through
 the Ray Jobs API with the repo as working_dir (the path a laptop takes against the GKE cluster's
 dashboard), streams their logs, prints a summary and always tears the cluster down. Needs no cloud
 account: a few minutes on a 2-core laptop. Exit status 0 when both jobs succeed.
+
+`--export DIR` (what `make serve-demo` runs first) trains on the corpus the repo ships, with its
+tokenizer, a model vLLM's CPU backend serves, then writes it to DIR as a Hugging Face model
+(`python -m jobs.export`).
 """
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import time
 import uuid
@@ -63,6 +68,23 @@ def run_job(client, name: str, entrypoint: str, runtime_env: dict, marker: str, 
     return JobOutcome(name, job_id, status, time.monotonic() - started, cli.parse_result(logs, marker))
 
 
+EXPORT_DATA = "jobs/train/assets/corpus.jsonl"  # relative: the job runs in the uploaded working dir
+
+
+def export_run(storage_path: str, run: str, out: str, echo) -> bool:
+    """`python -m jobs.export` of the run, its output echoed; whether it succeeded."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "jobs.export", "--storage", storage_path, "--name", run, "--out", out],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    for line in (proc.stdout + proc.stderr).splitlines():
+        if line.strip() and not line.startswith("EXPORT {"):
+            echo(f"[export] {line}")
+    return proc.returncode == 0
+
+
 def auth_check(cluster: local.LocalCluster) -> str:
     """What the slice does with a Jobs API request that carries no token (it must refuse it, as a
     cluster on GKE does), and where its token is."""
@@ -77,7 +99,13 @@ def auth_check(cluster: local.LocalCluster) -> str:
     return f"{verdict}: a request without the token gets {code}; token in {token} (mode {token.stat().st_mode & 0o777:o})"
 
 
-def _summary_table(hc: JobOutcome | None, tr: JobOutcome | None, timings: dict[str, float], auth: str | None = None):
+def _summary_table(
+    hc: JobOutcome | None,
+    tr: JobOutcome | None,
+    timings: dict[str, float],
+    auth: str | None = None,
+    exported: tuple[str, bool] | None = None,
+):
     from rich.table import Table
 
     table = Table(title="demo summary", show_header=True)
@@ -106,6 +134,8 @@ def _summary_table(hc: JobOutcome | None, tr: JobOutcome | None, timings: dict[s
             else "no result"
         )
         table.add_row("train job", tr.status, f"{details} ({tr.seconds:.0f} s)")
+    if exported is not None:
+        table.add_row("export", "ok" if exported[1] else "FAILED", exported[0])
     if "down" in timings:
         table.add_row("local slice down", "ok", f"{timings['down']:.0f} s")
     return table
@@ -123,6 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--job-timeout", type=cli.positive_seconds, default=600.0, metavar="SECONDS")
     parser.add_argument("--state-dir", default=str(local.DEFAULT_STATE_DIR))
     parser.add_argument("--keep-cluster", action="store_true", help="leave the simulated slice running")
+    parser.add_argument("--export", default=None, metavar="DIR", help="train on the shipped corpus and export the model to DIR")
     args, target = cli.parse(parser, argv)
     problem = local.state_dir_problem(args.state_dir)
     if problem:  # a bad flag: say so before anything starts
@@ -133,6 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     flags = f"--generation {shape.generation.name} --topology {shape.topology} --slices {target.slices} --reserve-timeout {target.reserve_timeout_s:.0f}"
     timings: dict[str, float] = {}
     hc = tr = None
+    exported: bool | None = None
     cluster = None
     auth: str | None = None
     try:
@@ -154,12 +186,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         console.rule(f"healthcheck via the Ray Jobs API at {cluster.dashboard_url}")
         hc = run_job(client, "healthcheck", f"python -m jobs.healthcheck {flags}", runtime_env, "HEALTHCHECK", args.job_timeout, echo)
         console.rule("train")
-        train_flags = (
-            f"{flags} --steps {args.train_steps} --checkpoint-every {max(1, args.train_steps // 2)} "
-            f"--name demo-{uuid.uuid4().hex[:6]} --d-model 64 --layers 2 --seq-len 32 --batch-size 32 "
-            "--warmup-steps 2 --learning-rate 0.01"
-        )
+        run = f"demo-{uuid.uuid4().hex[:6]}"
+        train_flags = f"{flags} --steps {args.train_steps} --checkpoint-every {max(1, args.train_steps // 2)} --name {run} "
+        if args.export:  # real text, and a head dim vLLM's CPU attention takes (the tiny preset's 64)
+            train_flags += f"--data {EXPORT_DATA} --seq-len 128 --batch-size 32 --warmup-steps 3 --learning-rate 0.005"
+        else:
+            train_flags += "--d-model 64 --layers 2 --seq-len 32 --batch-size 32 --warmup-steps 2 --learning-rate 0.01"
         tr = run_job(client, "train", f"python -m jobs.train {train_flags}", runtime_env, "TRAIN", args.job_timeout, echo)
+        if args.export and tr.ok:
+            console.rule(f"export to {args.export}")
+            exported = export_run(cluster.storage_path, run, args.export, echo)
     except local.LocalClusterError as err:
         console.print(f"[red]could not start the simulated slice:[/red] {err}")
         return 1
@@ -172,10 +208,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 started = time.monotonic()
                 local.down(args.state_dir)
                 timings["down"] = time.monotonic() - started
-        console.print(_summary_table(hc, tr, timings, auth))
+        console.print(_summary_table(hc, tr, timings, auth, (args.export, exported) if exported is not None else None))
     if args.keep_cluster and cluster is not None:
         console.print(f"cluster left running at {cluster.dashboard_url}; `python -m jobs.local down --state-dir {args.state_dir}` stops it")
-    return 0 if hc and tr and hc.ok and tr.ok and auth is not None and auth.startswith("on") else 1
+    ok = hc and tr and hc.ok and tr.ok and auth is not None and auth.startswith("on")
+    return 0 if ok and exported is not False and (exported or not args.export) else 1
 
 
 if __name__ == "__main__":

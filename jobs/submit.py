@@ -64,12 +64,15 @@ def token_hint(env: Environment, explicit_address: bool) -> str:
     )
 
 
-def check_job_args(job: str, argv: list[str]) -> None:
+def check_job_args(job: str, argv: list[str]) -> tuple[str, ...]:
     """Parse the job's arguments here, as the job will on the cluster, so a bad flag fails now (exit 2,
-    one paragraph naming it) rather than minutes later on the cluster."""
+    one paragraph naming it) rather than minutes later on the cluster; the job's own pip
+    requirements (its module's REQUIREMENTS)."""
     import importlib
 
-    importlib.import_module(f"jobs.{job}").parse_args(argv)
+    module = importlib.import_module(f"jobs.{job}")
+    module.parse_args(argv)
+    return tuple(getattr(module, "REQUIREMENTS", ()))
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -121,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {which}; valid: {', '.join(WORKLOADS)}", file=sys.stderr)
         return 2
     job_argv = [*shape_args(env), *args.job_args]
-    check_job_args(args.job, job_argv)  # exits 2 on a bad flag, before any upload
+    requirements = check_job_args(args.job, job_argv)  # exits 2 on a bad flag, before any upload
     entrypoint = shlex.join(["python", "-m", f"jobs.{args.job}", *job_argv])
     env_vars = dict(kv.split("=", 1) for kv in args.env_var)
     try:
@@ -130,7 +133,9 @@ def main(argv: list[str] | None = None) -> int:
                 use_token(token=tokens.read_token(env))
             # No single request may wait longer than the whole job may take.
             read_s = min(args.request_timeout, args.timeout)
-            status = submit(address, entrypoint, env, env_vars, args.timeout, connect_s=min(CONNECT_S, read_s), read_s=read_s)
+            status = submit(
+                address, entrypoint, env, env_vars, args.timeout, connect_s=min(CONNECT_S, read_s), read_s=read_s, job_pip=requirements
+            )
     except NotAuthorized as err:
         print(f"error: {err}; {token_hint(env, bool(args.address))}", file=sys.stderr)
         return 2

@@ -10,7 +10,7 @@ import functools
 import io
 import secrets
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 from infra.config import Environment
 from jobs.client.uploads import runtime_env
@@ -235,9 +235,10 @@ def submit(
     *,
     connect_s: float = CONNECT_S,
     read_s: float = READ_S,
+    job_pip: Sequence[str] = (),
 ) -> str:
     _reachable(address, (connect_s, read_s))
     client = bounded_client(address, connect_s, read_s)
-    job_id = submit_job(client, entrypoint, runtime_env(env, env_vars))
+    job_id = submit_job(client, entrypoint, runtime_env(env, env_vars, job_pip))
     print(f"submitted {job_id} to {address}: {entrypoint}", flush=True)
     return follow(client, job_id, timeout_s)

@@ -7,9 +7,8 @@ from __future__ import annotations
 import base64
 import binascii
 import shlex
-import shutil
-import subprocess
 
+from infra import kubectl
 from infra.config import Environment
 from infra.names import AUTH_TOKEN_KEY, auth_secret_name
 from jobs.client.jobs_api import SubmitError
@@ -29,22 +28,14 @@ def export_line(env: Environment) -> str:
 
 def read_token(env: Environment, timeout_s: float = KUBECTL_TIMEOUT_S) -> str:
     """The RayCluster's token; SubmitError (one line saying what to check) if it cannot be read."""
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        raise SubmitError("kubectl is not on PATH: install it with `gcloud components install kubectl`")
     where = f"Secret {auth_secret_name(env)} in namespace {env.ray.namespace}"
     try:
-        proc = subprocess.run([kubectl, *secret_command(env)[1:]], capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        raise SubmitError(f"kubectl took over {timeout_s:.0f} s to read the Ray token ({where})") from None
-    if proc.returncode:
-        reason = " ".join(proc.stderr.split()) or f"kubectl exited {proc.returncode}"
-        raise SubmitError(
-            f"cannot read the Ray token ({where}): {reason}; KubeRay creates it when the RayCluster is applied "
-            f"(python -m infra manifests --env {env.name} | kubectl apply -f -)"
-        )
+        out = kubectl.run(secret_command(env)[1:], timeout_s, f"read the Ray token ({where})")
+    except kubectl.KubectlError as err:
+        hint = f"KubeRay creates it when the RayCluster is applied (python -m infra manifests --env {env.name} | kubectl apply -f -)"
+        raise SubmitError(f"{err}; {hint}" if str(err).startswith("cannot") else str(err)) from None
     try:
-        token = base64.b64decode(proc.stdout.strip(), validate=True).decode()
+        token = base64.b64decode(out.strip(), validate=True).decode()
     except (binascii.Error, UnicodeDecodeError):
         token = ""
     if not token:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from infra.config import Environment
@@ -35,6 +36,8 @@ def working_dir_runtime_env(env_vars: dict[str, str] | None = None, pip: list[st
     return out
 
 
-def runtime_env(env: Environment, extra_env_vars: dict[str, str]) -> dict[str, Any]:
-    """What `jobs.submit` submits with: the environment's job variables and pip installs."""
-    return working_dir_runtime_env({**env.ray.job_env_vars, **extra_env_vars}, list(env.ray.job_pip))
+def runtime_env(env: Environment, extra_env_vars: dict[str, str], job_pip: Sequence[str] = ()) -> dict[str, Any]:
+    """What `jobs.submit` submits with: the environment's job variables and pip installs, and the
+    job's own requirements (a workload's REQUIREMENTS)."""
+    pip = list(dict.fromkeys([*env.ray.job_pip, *job_pip]))
+    return working_dir_runtime_env({**env.ray.job_env_vars, **extra_env_vars}, pip)

@@ -20,14 +20,8 @@ def use_token(*, token: str | None = None, token_path: str | None = None) -> Non
     """Send `token` (or the one in the file `token_path`) from now on."""
     if (token is None) == (token_path is None):
         raise ValueError("give exactly one of token and token_path")
-    for var in AUTH_VARS:
-        os.environ.pop(var, None)
-    os.environ["RAY_AUTH_MODE"] = "token"
-    if token is not None:
-        os.environ["RAY_AUTH_TOKEN"] = token
-    else:
-        os.environ["RAY_AUTH_TOKEN_PATH"] = str(token_path)
-    forget_cached_token()
+    given = {"RAY_AUTH_TOKEN": token} if token is not None else {"RAY_AUTH_TOKEN_PATH": str(token_path)}
+    use_environment({"RAY_AUTH_MODE": "token", **given})
 
 
 def use_environment(values: dict[str, str]) -> None:

@@ -1,13 +1,19 @@
-"""What `make serve-demo` runs: the repo's tiny Llama served by the real vLLM engine through Ray Serve
-LLM on this machine (127.0.0.1), queried with the `openai` client, then torn down.
+"""What `make serve-demo` runs: a model trained on the simulated slice and exported (`jobs.export`),
+served by the real vLLM engine through Ray Serve LLM on this machine (127.0.0.1), queried with the
+`openai` client, then torn down.
 
-  .venv-serve/bin/python -m jobs.serve_demo [--json-summary FILE] [--hold] [--timeout S]
+  .venv-serve/bin/python -m jobs.serve_demo [--model-dir DIR] [--json-summary FILE] [--hold] [--timeout S]
 
-Steps: write the tiny model (jobs.serve.tiny_model) to build/serve/tiny-llama, start a local Ray with its
-files under build/serve, deploy `jobs.serve:build_app` (a CPU deployment of that model), then query
-/v1/models, a completion, a chat completion and a streamed chat completion, send three bad requests
-(unknown model, over-long prompt, malformed JSON) that must get 4xx answers, and check that the
-server still answers afterwards. Prints a summary; always shuts Serve and Ray down.
+`make serve-demo` first trains and exports the model to build/serve/trained-llama when it is not
+there (`python -m jobs.demo --export DIR`, in the main venv: this one has no JAX). `--model-dir
+tiny` serves the random tiny Llama instead (jobs.serve.tiny_model, written on the fly).
+
+Steps: start a local Ray with its files under build/serve, deploy `jobs.serve:build_app` (a CPU
+deployment of the model), then query /v1/models, a completion, a chat completion, a streamed chat
+completion and a 16-token greedy completion with its token ids (what the tests compare with the JAX
+model's own greedy decode), send three bad requests (unknown model, over-long prompt, malformed
+JSON) that must get 4xx answers, and check that the server still answers afterwards. Prints a
+summary; always shuts Serve and Ray down.
 
 Every wait is bounded: `--timeout` caps the whole run (a SIGALRM ends it and still tears down).
 `--hold` (for tests) writes the summary, then keeps serving until stdin closes or a line arrives.
@@ -33,9 +39,12 @@ from jobs.runtime.deadlines import call_with_timeout
 from jobs.runtime.net import free_port
 
 WORK = REPO_ROOT / "build" / "serve"
-MODEL_DIR = WORK / "tiny-llama"
+MODEL_DIR = WORK / "tiny-llama"  # the random tiny model (the benchmark's, `--model-dir tiny`)
 MODEL_ID = "tiny-llama"
 MAX_MODEL_LEN = 512
+TRAINED_DIR = WORK / "trained-llama"  # what `make serve-demo` trains and exports
+GREEDY_PROMPT = "A TPU slice is"
+GREEDY_TOKENS = 16
 
 
 class DemoTimeout(Exception):
@@ -96,7 +105,14 @@ def _bounded(fn, timeout_s: float, what: str) -> None:
 
 @contextlib.contextmanager
 def local_serve(
-    model_dir: Path, *, port: int, deploy_timeout_s: float, num_cpus: int = 4, timings: dict[str, float] | None = None
+    model_dir: Path,
+    *,
+    port: int,
+    deploy_timeout_s: float,
+    num_cpus: int = 4,
+    timings: dict[str, float] | None = None,
+    model_id: str = MODEL_ID,
+    max_model_len: int = MAX_MODEL_LEN,
 ) -> Iterator[str]:
     """A local Ray + Serve with the tiny model deployed; yields the base URL. Always tears down."""
     import ray
@@ -119,7 +135,7 @@ def local_serve(
         timings["ray_start_s"] = time.monotonic() - t0
         t1 = time.monotonic()
         deploy(
-            build_app({"model_dir": str(model_dir), "model_id": MODEL_ID, "max_model_len": MAX_MODEL_LEN}),
+            build_app({"model_dir": str(model_dir), "model_id": model_id, "max_model_len": max_model_len}),
             name=APP_NAME,
             timeout_s=deploy_timeout_s,
         )
@@ -133,14 +149,20 @@ def local_serve(
         timings["teardown_s"] = time.monotonic() - t2
 
 
-def query(base_url: str, timeout_s: float = 60) -> dict[str, Any]:
-    """The OpenAI-client round trip: models, completion, chat, streamed chat."""
+def served_model(model_dir: Path) -> tuple[str, int]:
+    """The model id (the directory's name) and the longest context (its config's positions)."""
+    config = json.loads((model_dir / "config.json").read_text())
+    return model_dir.name, int(config.get("max_position_embeddings", MAX_MODEL_LEN))
+
+
+def query(base_url: str, model_id: str = MODEL_ID, timeout_s: float = 60) -> dict[str, Any]:
+    """The OpenAI-client round trip: models, completion, chat, streamed chat, greedy token ids."""
     from openai import OpenAI
 
     client = OpenAI(base_url=f"{base_url}/v1", api_key="not-needed", timeout=timeout_s, max_retries=0)
     out: dict[str, Any] = {"models": [m.id for m in client.models.list().data]}
 
-    c = client.completions.create(model=MODEL_ID, prompt="The quick brown fox", max_tokens=12, temperature=0)
+    c = client.completions.create(model=model_id, prompt="The quick brown fox", max_tokens=12, temperature=0)
     out["completion"] = {
         "text": c.choices[0].text,
         "finish_reason": c.choices[0].finish_reason,
@@ -148,7 +170,7 @@ def query(base_url: str, timeout_s: float = 60) -> dict[str, Any]:
     }
 
     chat = client.chat.completions.create(
-        model=MODEL_ID, messages=[{"role": "user", "content": "Hello! How are you?"}], max_tokens=12, temperature=0
+        model=model_id, messages=[{"role": "user", "content": "Hello! How are you?"}], max_tokens=12, temperature=0
     )
     out["chat"] = {
         "content": chat.choices[0].message.content,
@@ -159,7 +181,7 @@ def query(base_url: str, timeout_s: float = 60) -> dict[str, Any]:
     t = time.monotonic()
     first, chunks, pieces = None, 0, []
     stream = client.chat.completions.create(
-        model=MODEL_ID, messages=[{"role": "user", "content": "Count with me"}], max_tokens=16, temperature=0, stream=True
+        model=model_id, messages=[{"role": "user", "content": "Count with me"}], max_tokens=16, temperature=0, stream=True
     )
     for chunk in stream:
         if chunk.choices and chunk.choices[0].delta.content:
@@ -167,10 +189,28 @@ def query(base_url: str, timeout_s: float = 60) -> dict[str, Any]:
             chunks += 1
             pieces.append(chunk.choices[0].delta.content)
     out["stream"] = {"chunks": chunks, "text": "".join(pieces), "ttft_s": first}
+
+    # vLLM's own extensions: the token ids, and no stop at EOS (the reference decode has none).
+    g = client.completions.create(
+        model=model_id,
+        prompt=GREEDY_PROMPT,
+        max_tokens=GREEDY_TOKENS,
+        temperature=0,
+        logprobs=1,
+        extra_body={"return_token_ids": True, "ignore_eos": True},
+    )
+    choice = g.choices[0].model_dump()
+    out["greedy"] = {
+        "prompt": GREEDY_PROMPT,
+        "prompt_token_ids": choice.get("prompt_token_ids"),
+        "token_ids": choice.get("token_ids"),
+        "token_logprobs": (choice.get("logprobs") or {}).get("token_logprobs"),
+        "text": choice.get("text"),
+    }
     return out
 
 
-def bad_requests(base_url: str, timeout_s: float = 60) -> dict[str, Any]:
+def bad_requests(base_url: str, model_id: str = MODEL_ID, max_model_len: int = MAX_MODEL_LEN, timeout_s: float = 60) -> dict[str, Any]:
     """Three requests the server must refuse with 4xx, then one it must still answer."""
     import httpx
 
@@ -179,12 +219,12 @@ def bad_requests(base_url: str, timeout_s: float = 60) -> dict[str, Any]:
     with httpx.Client(timeout=timeout_s) as http:
         r = http.post(url, json={"model": "no-such-model", "prompt": "hi", "max_tokens": 4})
         out["unknown_model"] = {"status": r.status_code, "body": r.text[:300]}
-        long_prompt = "one two three four " * (MAX_MODEL_LEN // 2)  # well past max_model_len tokens
-        r = http.post(url, json={"model": MODEL_ID, "prompt": long_prompt, "max_tokens": 4})
+        long_prompt = "one two three four " * (max_model_len // 2)  # well past max_model_len tokens
+        r = http.post(url, json={"model": model_id, "prompt": long_prompt, "max_tokens": 4})
         out["too_long"] = {"status": r.status_code, "body": r.text[:300]}
-        r = http.post(url, content=b'{"model": "tiny-llama", "prompt": ', headers={"content-type": "application/json"})
+        r = http.post(url, content=f'{{"model": "{model_id}", "prompt": '.encode(), headers={"content-type": "application/json"})
         out["malformed_json"] = {"status": r.status_code, "body": r.text[:300]}
-        r = http.post(url, json={"model": MODEL_ID, "prompt": "Still there?", "max_tokens": 4, "temperature": 0})
+        r = http.post(url, json={"model": model_id, "prompt": "Still there?", "max_tokens": 4, "temperature": 0})
         out["after"] = {"status": r.status_code, "text": r.json()["choices"][0]["text"] if r.status_code == 200 else r.text[:300]}
     return out
 
@@ -192,9 +232,12 @@ def bad_requests(base_url: str, timeout_s: float = 60) -> dict[str, Any]:
 def checks(summary: dict[str, Any]) -> list[str]:
     """What must hold; the failures, as sentences."""
     q, bad = summary.get("queries", {}), summary.get("bad_requests", {})
+    model_id = summary.get("model_id", MODEL_ID)
     failures = []
-    if MODEL_ID not in q.get("models", []):
-        failures.append(f"/v1/models does not list {MODEL_ID}: {q.get('models')}")
+    if model_id not in q.get("models", []):
+        failures.append(f"/v1/models does not list {model_id}: {q.get('models')}")
+    if len(q.get("greedy", {}).get("token_ids") or []) != GREEDY_TOKENS:
+        failures.append(f"the greedy completion did not return {GREEDY_TOKENS} token ids: {q.get('greedy')}")
     if not q.get("completion", {}).get("completion_tokens"):
         failures.append(f"the completion produced no tokens: {q.get('completion')}")
     if not q.get("chat", {}).get("content"):
@@ -234,6 +277,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m jobs.serve_demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    parser.add_argument(
+        "--model-dir",
+        default=str(TRAINED_DIR),
+        help=f"the Hugging Face model directory to serve (default {TRAINED_DIR.relative_to(REPO_ROOT)}; `tiny`: the random tiny model)",
+    )
     parser.add_argument("--json-summary", type=Path, help="also write the summary here (JSON)")
     parser.add_argument("--hold", action="store_true", help="after the checks, serve until stdin closes")
     parser.add_argument("--hold-timeout", type=float, default=300, help="longest --hold, seconds")
@@ -247,20 +295,33 @@ def main(argv: list[str] | None = None) -> int:
     signal.alarm(int(args.timeout))
     t0 = time.monotonic()
     timings: dict[str, float] = {}
-    summary: dict[str, Any] = {"model_id": MODEL_ID, "model_dir": str(MODEL_DIR), "timings": timings}
+    model_dir = MODEL_DIR if args.model_dir == "tiny" else Path(args.model_dir).resolve()
+    if args.model_dir != "tiny" and not (model_dir / "config.json").is_file():
+        print(
+            f"serve-demo: error: no model at {model_dir}: `make serve-demo` trains and exports one "
+            f"(python -m jobs.demo --export {model_dir}); `--model-dir tiny` serves a random one",
+            file=sys.stderr,
+        )
+        return 2
+    summary: dict[str, Any] = {"model_dir": str(model_dir), "timings": timings}
     status = 1
     try:
         t = time.monotonic()
-        ensure_model()
+        if args.model_dir == "tiny":
+            ensure_model()
+        model_id, max_model_len = served_model(model_dir)
+        summary.update(model_id=model_id, max_model_len=max_model_len)
         timings["model_s"] = time.monotonic() - t
         port = free_port()
-        print(f"serve-demo: deploying {MODEL_ID} ({MODEL_DIR}) on 127.0.0.1:{port} ...", flush=True)
-        with local_serve(MODEL_DIR, port=port, deploy_timeout_s=args.deploy_timeout, timings=timings) as base_url:
+        print(f"serve-demo: deploying {model_id} ({model_dir}) on 127.0.0.1:{port} ...", flush=True)
+        with local_serve(
+            model_dir, port=port, deploy_timeout_s=args.deploy_timeout, timings=timings, model_id=model_id, max_model_len=max_model_len
+        ) as base_url:
             summary["base_url"] = base_url
             print(f"serve-demo: ready in {timings['deploy_s']:.0f} s; querying {base_url}/v1", flush=True)
             t = time.monotonic()
-            summary["queries"] = query(base_url)
-            summary["bad_requests"] = bad_requests(base_url)
+            summary["queries"] = query(base_url, model_id)
+            summary["bad_requests"] = bad_requests(base_url, model_id, max_model_len)
             timings["queries_s"] = time.monotonic() - t
             summary["failures"] = checks(summary)
             status = 0 if not summary["failures"] else 1
@@ -310,6 +371,8 @@ def _print_summary(s: dict[str, Any]) -> None:
         if ttft is not None
         else "  streamed chat:     no chunks"
     )
+    g = q.get("greedy", {})
+    print(f"  greedy (16 tok):   {g.get('prompt', '')!r} -> {g.get('text')!r}")
     print(
         "  bad requests:      "
         + ", ".join(f"{k} -> {bad[k]['status']}" for k in ("unknown_model", "too_long", "malformed_json"))

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from jobs.runtime.hf_tokenizer import BOS, EOS, tokenizer_files, train_byte_bpe
+
 # The files a Hugging Face model directory needs for vLLM: the engine reads config.json and the
 # safetensors; the OpenAI server reads the tokenizer and its chat template.
 MODEL_FILES = (
@@ -34,19 +36,6 @@ MODEL_FILES = (
     "tokenizer_config.json",
     "special_tokens_map.json",
     "chat_template.jinja",
-)
-
-UNK, BOS, EOS = "<unk>", "<s>", "</s>"
-ROLE_TOKENS = ("<|system|>", "<|user|>", "<|assistant|>", "<|end|>")
-SPECIAL_TOKENS = (UNK, BOS, EOS, *ROLE_TOKENS)
-
-# A plain chat template in the tokenizer's own role tokens (the chat endpoint needs one).
-CHAT_TEMPLATE = (
-    "{{ bos_token }}"
-    "{% for message in messages %}"
-    "{{ '<|' + message['role'] + '|>' + message['content'] + '<|end|>' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}"
 )
 
 # What the tokenizer learns its merges from. Any text works: the model is random, so only the
@@ -131,22 +120,7 @@ def hf_config(cfg: TinyLlamaConfig, bos_token_id: int, eos_token_id: int) -> dic
 
 def train_tokenizer(vocab_size: int):
     """A byte-level BPE of at most `vocab_size` tokens, trained on CORPUS (deterministic)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-
-    tok = Tokenizer(models.BPE(unk_token=UNK))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        min_frequency=1,
-        special_tokens=list(SPECIAL_TOKENS),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(CORPUS.splitlines(), trainer=trainer)
-    bos = tok.token_to_id(BOS)
-    tok.post_processor = processors.TemplateProcessing(single=f"{BOS} $A", pair=f"{BOS} $A {BOS} $B", special_tokens=[(BOS, bos)])
-    return tok
+    return train_byte_bpe(CORPUS.splitlines(), vocab_size, min_frequency=1)
 
 
 def write_hf_llama(out_dir: Path, weights: Mapping[str, np.ndarray], config: dict) -> None:
@@ -165,24 +139,8 @@ def write_hf_llama(out_dir: Path, weights: Mapping[str, np.ndarray], config: dic
 
 def write_tokenizer(out_dir: Path, tok, model_max_length: int) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
-    tok.save(str(out_dir / "tokenizer.json"))
-    special = {"bos_token": BOS, "eos_token": EOS, "unk_token": UNK, "pad_token": EOS}
-    (out_dir / "special_tokens_map.json").write_text(json.dumps(special, indent=2) + "\n")
-    (out_dir / "tokenizer_config.json").write_text(
-        json.dumps(
-            {
-                "tokenizer_class": "PreTrainedTokenizerFast",
-                "model_max_length": model_max_length,
-                "add_bos_token": True,
-                "clean_up_tokenization_spaces": False,
-                "chat_template": CHAT_TEMPLATE,
-                **special,
-            },
-            indent=2,
-        )
-        + "\n"
-    )
-    (out_dir / "chat_template.jinja").write_text(CHAT_TEMPLATE + "\n")
+    for name, content in tokenizer_files(tok, model_max_length).items():
+        (out_dir / name).write_text(content)
 
 
 def make_tiny_model(out_dir: str | Path, seed: int = 0, cfg: TinyLlamaConfig = TinyLlamaConfig()) -> Path:

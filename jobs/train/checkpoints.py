@@ -1,52 +1,61 @@
-"""Training checkpoints that are whole or not used at all.
+"""Training checkpoints with Orbax: sharded, asynchronous, whole or absent.
 
-A checkpoint is a directory with `state.npz` (every array, in order) and `meta.json` (the step, the
-model config, and the size and SHA-256 of `state.npz`). `write` puts the state first and the meta
-last, each under a temporary name, flushed to disk and renamed into place: a process killed mid-write
-leaves no `meta.json`, so the directory is not a checkpoint. `load` checks the size and digest, so a
-copy cut short (an upload to storage killed half-way, whatever order its files went in) is refused
-with the reason rather than resumed from.
+A run's checkpoints live in its Ray Train experiment directory (`<storage>/<run>`, a directory or
+gs://...), one `checkpoint_step_<step, 9 digits>` directory each, with three Orbax items:
 
-`newest_whole` picks the newest checkpoint that passes, given candidates newest first; `jobs.train`
-gives it every checkpoint of the run in storage (`stored_candidates`: named by step, so they sort).
+- `params` and `opt_state`: every process writes only the shards it owns (Orbax's OCDBT format via
+  TensorStore; no gather), and a restore reads each shard straight onto the device that owns it;
+- `meta`: the step and the model config (JSON), read first so that a run never restores another
+  model's arrays.
+
+`save` returns once the arrays are copied off the devices; the writing runs in the background while
+training goes on. Orbax's commit protocol makes a checkpoint whole or absent: it is written under a
+temporary name and renamed (or, on GCS, marked with `commit_success.txt`) only after every process
+has finished, so a process killed mid-save leaves only the previous checkpoints in the listing.
+Orbax is the one owner of deletion (`KEEP` newest); Ray Train's `num_to_keep` stays unset.
+
+`restore_newest` tries the committed steps newest first and skips, with the reason, one that does
+not read back (a file damaged after the commit): the run resumes from the one before, and deletes
+the damaged one, which it will write again.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import re
-import uuid
-from collections.abc import Callable, Iterable, Sequence
-from contextlib import AbstractContextManager
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-STATE_FILE = "state.npz"
-META_FILE = "meta.json"
-DIR_PREFIX = "checkpoint_step_"
-_DIR_NAME = re.compile(rf"^{DIR_PREFIX}(\d+)(_[0-9a-z]+)?$")
+from jobs.runtime import storage
+
+STEP_PREFIX = "checkpoint_step"
+STEP_DIGITS = 9  # zero-padded, so names sort by step
+KEEP = 2  # the newest checkpoints Orbax keeps; older ones are deleted once a newer one is committed
+ITEMS = ("params", "opt_state", "meta")
+_DIR_NAME = re.compile(rf"^{STEP_PREFIX}_(\d+)$")
 
 
-class IncompleteCheckpointError(ValueError):
-    """The directory is not a whole checkpoint; the message says what is missing or wrong."""
+class ModelMismatchError(ValueError):
+    """The run's checkpoint is of another model."""
 
 
 @dataclass(frozen=True)
-class CheckpointMeta:
+class Restored:
     step: int
-    model: dict[str, Any]
-    state_bytes: int
-    state_sha256: str
+    params: Any
+    opt_state: Any  # None when only the parameters were asked for
+    where: str  # the checkpoint's directory
+    meta: dict[str, Any]  # step, model and the notes it was saved with
 
 
-def dir_name(step: int, tag: str | None = None) -> str:
-    """The storage directory name of the checkpoint at `step`: zero-padded, so names sort by step,
-    and tagged, so a rerun that reaches the same step again writes beside the old one, not over it
-    (Ray Train would later delete the old one's directory, and with it the new one)."""
-    return f"{DIR_PREFIX}{step:09d}_{tag or uuid.uuid4().hex[:8]}"
+def run_root(storage_path: str, run_name: str) -> str:
+    """The run's directory: Ray Train's experiment directory, where its checkpoints go (pure)."""
+    return storage.join(storage_path, run_name)
+
+
+def dir_name(step: int) -> str:
+    return f"{STEP_PREFIX}_{step:0{STEP_DIGITS}d}"
 
 
 def step_of(name: str) -> int | None:
@@ -55,112 +64,102 @@ def step_of(name: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+def open_manager(root: str, *, asynchronous: bool = True, keep: int | None = KEEP):
+    """An Orbax CheckpointManager over the run's directory (created if missing). Every process of
+    the run opens one; Orbax coordinates them (only the primary process commits and deletes)."""
+    import orbax.checkpoint as ocp
+
+    # Orbax reaches gs:// through gcsfs (paths) and TensorStore (arrays): point TensorStore at the
+    # emulator too when there is one (the tests), as gcsfs and jobs.runtime.storage already are.
+    os.environ.update(storage.orbax_environment())
+    options = ocp.CheckpointManagerOptions(
+        max_to_keep=keep,
+        step_prefix=STEP_PREFIX,
+        step_format_fixed_length=STEP_DIGITS,
+        enable_async_checkpointing=asynchronous,
+        create=True,
+        cleanup_tmp_directories=True,  # what a killed save left behind
+    )
+    return ocp.CheckpointManager(root, options=options, item_names=ITEMS)
 
 
-def _replace_durably(tmp: Path, final: Path) -> None:
-    """Flush `tmp` to disk, then rename it to `final` and flush the directory entry."""
-    with open(tmp, "rb+") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, final)
-    fd = os.open(final.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def save(manager: Any, step: int, params: Any, opt_state: Any, model: dict[str, Any], **notes: str) -> None:
+    """Start saving `step` (waits for the previous save first, then only for the copy off the
+    devices); `manager.wait_until_finished()` waits for the commit. `notes` go into the meta
+    (the run's tokenizer, for jobs.export)."""
+    import orbax.checkpoint as ocp
+
+    manager.save(
+        step,
+        args=ocp.args.Composite(
+            params=ocp.args.StandardSave(params),
+            opt_state=ocp.args.StandardSave(opt_state),
+            meta=ocp.args.JsonSave({**notes, "step": step, "model": dict(model)}),
+        ),
+    )
 
 
-def write(directory: Path, arrays: Sequence[Any], step: int, model: dict[str, Any]) -> CheckpointMeta:
-    """Write a checkpoint into `directory` (created if needed): state first, meta last."""
-    import numpy as np
-
-    directory.mkdir(parents=True, exist_ok=True)
-    state = directory / STATE_FILE
-    tmp = directory / f".{STATE_FILE}.partial"
-    with open(tmp, "wb") as f:
-        np.savez(f, *arrays)
-    _replace_durably(tmp, state)
-    meta = CheckpointMeta(step, dict(model), state.stat().st_size, _sha256(state))
-    tmp = directory / f".{META_FILE}.partial"
-    tmp.write_text(json.dumps(asdict(meta)))
-    _replace_durably(tmp, directory / META_FILE)
-    return meta
-
-
-def read_meta(directory: Path) -> CheckpointMeta:
-    path = directory / META_FILE
-    try:
-        data = json.loads(path.read_text())
-        return CheckpointMeta(int(data["step"]), dict(data["model"]), int(data["state_bytes"]), str(data["state_sha256"]))
-    except FileNotFoundError:
-        raise IncompleteCheckpointError(f"{directory} has no {META_FILE}: its write never finished") from None
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise IncompleteCheckpointError(f"{path} is unreadable ({type(err).__name__}: {err})") from None
-
-
-def verify(directory: Path) -> CheckpointMeta:
-    """The checkpoint's meta, once its state file is checked whole; else `IncompleteCheckpointError`."""
-    meta = read_meta(directory)
-    state = directory / STATE_FILE
-    size = state.stat().st_size if state.is_file() else None
-    if size != meta.state_bytes or _sha256(state) != meta.state_sha256:
-        found = "missing" if size is None else f"{size} bytes" + (" with another digest" if size == meta.state_bytes else "")
-        raise IncompleteCheckpointError(
-            f"{state} is {found}, but {META_FILE} says {meta.state_bytes} bytes with sha256 "
-            f"{meta.state_sha256[:12]}...: a write or copy that was cut short"
-        )
-    return meta
-
-
-def load(directory: Path) -> tuple[CheckpointMeta, list[Any]]:
-    """The checkpoint's meta and arrays, checked whole first."""
-    import numpy as np
-
-    meta = verify(directory)
-    with np.load(directory / STATE_FILE) as stored:
-        return meta, [stored[f"arr_{i}"] for i in range(len(stored.files))]
-
-
-def newest_whole(
-    candidates: Iterable[tuple[str, Callable[[], AbstractContextManager[str]]]],
+def restore_newest(
+    manager: Any,
+    model: dict[str, Any],
+    abstract_params: Any,
+    abstract_opt_state: Any = None,
     log: Callable[[str], None] = lambda line: None,
-) -> tuple[CheckpointMeta, list[Any], str] | None:
-    """The first candidate (newest first) that loads whole: its meta, arrays and name; None if none
-    does. Each candidate is a name and a context manager giving a local directory (Ray Train's
-    `Checkpoint.as_directory`, which downloads from remote storage); skipped ones are logged."""
-    for name, as_directory in candidates:
-        with as_directory() as local:
+    agree: Callable[[bool], bool] = lambda ok: ok,
+) -> Restored | None:
+    """The newest committed checkpoint that reads back, placed as the abstract trees say
+    (`jax.ShapeDtypeStruct`s with shardings); None if there is none. Only the parameters when
+    `abstract_opt_state` is None. Raises `ModelMismatchError` for another model's checkpoint.
+
+    Every process reads only its own shards, so damage can show on some processes only: `agree`
+    (a collective in a multi-process run) makes them all accept a step or all skip it. A skipped
+    step is deleted (collectively) when the optimizer state is restored, i.e. by a run that goes
+    on: it will write that step again."""
+    import jax
+    import orbax.checkpoint as ocp
+
+    for step in sorted(manager.all_steps(), reverse=True):
+        where = f"{manager.directory}/{dir_name(step)}"
+        problem, restored = None, None
+        try:
+            meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+        except Exception as err:  # Orbax and TensorStore raise many kinds; the reason is logged
+            meta, problem = None, f"its meta does not read back ({_reason(err)})"
+        if meta is not None and meta.get("model") != dict(model):
+            raise ModelMismatchError(
+                f"the checkpoint {where} is of another model ({meta.get('model')}; this run: {dict(model)}); "
+                "pass another --name to start a new run"
+            )
+        if problem is None:
+            items = {"params": ocp.args.StandardRestore(abstract_params)}
+            if abstract_opt_state is not None:
+                items["opt_state"] = ocp.args.StandardRestore(abstract_opt_state)
             try:
-                meta, arrays = load(Path(local))
-            except IncompleteCheckpointError as err:
-                log(f"skipping checkpoint {name}: {err}")
-                continue
-        return meta, arrays, name
+                restored = manager.restore(step, args=ocp.args.Composite(**items))
+            except Exception as err:
+                problem = f"its arrays do not read back ({_reason(err)})"
+        if not agree(problem is None):
+            log(f"skipping checkpoint {where}: {problem or 'another process could not read its shards'}")
+            if abstract_opt_state is not None:
+                manager.delete(step)
+            continue
+        assert restored is not None  # agreed, so this process read it
+        opt_state = None
+        if abstract_opt_state is not None:  # Orbax gives containers back as lists/tuples: our tree again
+            opt_state = jax.tree.unflatten(jax.tree.structure(abstract_opt_state), jax.tree.leaves(restored["opt_state"]))
+        params = jax.tree.unflatten(jax.tree.structure(abstract_params), jax.tree.leaves(restored["params"]))
+        return Restored(step, params, opt_state, where, dict(meta or {}))
     return None
 
 
-def stored_candidates(storage_path: str, run_name: str) -> list[tuple[str, Callable[[], AbstractContextManager[str]]]]:
-    """Every checkpoint directory of the run in storage (a directory or gs://...), newest step first,
-    as `newest_whole` candidates; reading one goes through Ray Train's `Checkpoint.as_directory`
-    (a download from remote storage).
+def all_processes_agree(ok: bool) -> bool:
+    """True on every process when `ok` is true on every process (a collective)."""
+    import numpy as np
+    from jax.experimental import multihost_utils
 
-    Listed from storage rather than asked of Ray Train's registry (`ray.train.get_checkpoint()`):
-    a checkpoint uploaded just before a host died may never have been registered, and ours check
-    themselves, so a whole one is safe to resume from either way."""
-    import pyarrow.fs
-    from ray.train import Checkpoint
+    return bool(np.asarray(multihost_utils.process_allgather(np.array([int(ok)], np.int32))).min())
 
-    uri = storage_path if "://" in storage_path else os.path.abspath(storage_path)
-    fs, root = pyarrow.fs.FileSystem.from_uri(uri)
-    entries = fs.get_file_info(pyarrow.fs.FileSelector(f"{root.rstrip('/')}/{run_name}", allow_not_found=True))
-    found = [
-        (step_of(e.base_name), e.base_name, e.path)
-        for e in entries
-        if e.type == pyarrow.fs.FileType.Directory and step_of(e.base_name) is not None
-    ]
-    return [(name, Checkpoint(path=path, filesystem=fs).as_directory) for _, name, path in sorted(found, reverse=True)]
+
+def _reason(err: BaseException) -> str:
+    first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    return f"{type(err).__name__}: {first[:300]}"

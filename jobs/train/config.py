@@ -6,11 +6,13 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from jobs import cli
+from jobs.runtime import storage
 from jobs.runtime.reruns import RetryBudget
+from jobs.train import text
 from jobs.train.model import PRESETS, ModelConfig, param_count, with_overrides
 
 STORAGE_ENV = "JOBS_STORAGE_PATH"
@@ -36,6 +38,8 @@ class TrainConfig:
     step_timeout_s: float = 0.0  # >0: a worker silent this long reports a stall and exits
     storage_path: str = ""  # where the run's checkpoints are (RunConfig's storage_path/name)...
     run_name: str = ""  # ...listed to resume from the newest whole one
+    data: str = ""  # training text (jobs.train.text); "" for synthetic tokens
+    tokenizer: str = ""  # its tokenizer.json, recorded with every checkpoint for jobs.export
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
@@ -64,6 +68,8 @@ class StepMetrics:
     worker_started_at: float
     state_built_at: float
     matmul_flops_per_s: float | None = None
+    checkpoint_step: int | None = None  # the newest committed checkpoint (None before the first commit)
+    checkpoint_stall_s: float | None = None  # median time the loop was blocked per checkpoint save
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> StepMetrics:
@@ -99,6 +105,7 @@ class TrainResult:
     state_built_at: float  # ...and when its model and optimizer were ready (sharded)
     matmul_flops_per_s: float | None
     checkpoint: str | None
+    checkpoint_stall_s: float | None = None  # median time the training loop was blocked per save
 
     def summary(self) -> str:
         mfu = f"{self.mfu:.1%}" if self.mfu is not None else f"n/a on {self.platform}"
@@ -110,7 +117,8 @@ class TrainResult:
                 f"  {self.params:,} parameters on {self.devices} {self.platform} devices in {self.processes} processes",
                 f"  step {self.step_time_s * 1e3:.1f} ms (first step {self.compile_s:.1f} s with compilation), "
                 f"{self.tokens_per_s:,.0f} tokens/s, {self.flops_per_s / 1e9:.2f} GFLOP/s, MFU {mfu}",
-                f"  checkpoint: {self.checkpoint}",
+                f"  checkpoint: {self.checkpoint}"
+                + (f" (each save blocked training {self.checkpoint_stall_s * 1e3:.0f} ms)" if self.checkpoint_stall_s is not None else ""),
             ]
         )
 
@@ -140,6 +148,18 @@ def _parser() -> cli.JobArgumentParser:
     g.add_argument("--name", default=None, help="run name; the same name resumes (default: train-<pod type>-x<slices>)")
     g.add_argument(
         "--storage", default=None, help=f"checkpoint storage: a directory or gs://... (default: ${STORAGE_ENV}, else the env's bucket)"
+    )
+    g.add_argument(
+        "--data",
+        default=None,
+        metavar="PATH",
+        help="train on this text: a parquet / JSON lines / .txt file or directory, local or gs:// (default: synthetic tokens)",
+    )
+    g.add_argument(
+        "--tokenizer",
+        default=None,
+        metavar="PATH",
+        help="a Hugging Face tokenizer.json, local or gs:// (default with --data: the one the repo ships); sets --vocab",
     )
     g.add_argument("--matmul-baseline", type=int, default=0, metavar="SIZE", help=argparse.SUPPRESS)  # bench/jobs_bench.py
     cli.add_fault_flags(p, step_timeout_s=DEFAULT_STEP_TIMEOUT_S)
@@ -174,7 +194,12 @@ def model_config(args: argparse.Namespace) -> ModelConfig:
     )
 
 
-def parse_config(argv: Sequence[str] | None = None) -> tuple[cli.SliceTarget, TrainConfig, str, str, RetryBudget]:
+def parse_config(
+    argv: Sequence[str] | None = None, *, read_files: bool = True
+) -> tuple[cli.SliceTarget, TrainConfig, str, str, RetryBudget]:
+    """The job's flags, checked. With `read_files` (the job itself, not `jobs.submit`'s check on a
+    laptop that may not reach them) the tokenizer is read, the model's vocab set from it, and the
+    data path listed."""
     parser = _parser()
     args, target = cli.parse(parser, argv)
     try:
@@ -182,14 +207,34 @@ def parse_config(argv: Sequence[str] | None = None) -> tuple[cli.SliceTarget, Tr
     except ValueError as err:
         flag = "--kv-heads" if "n_kv_heads" in str(err) else "--heads"
         parser.error(f"argument {flag}: {err}")
+    tokenizer = args.tokenizer or (str(text.TOKENIZER) if args.data else "")
+    if read_files:  # local paths as the job's working directory sees them, before anything moves it
+        tokenizer = tokenizer and storage.join(tokenizer)
+        args.data = args.data and storage.join(args.data)
+    if read_files and tokenizer:
+        try:
+            _, tok = text.load_tokenizer(tokenizer)
+            text.eos_id(tok, tokenizer)
+        except text.DataError as err:
+            parser.error(f"argument --tokenizer: {err}")
+        size = tok.get_vocab_size()
+        if args.vocab is None:
+            model = replace(model, vocab=size)
+        elif args.vocab < size:
+            parser.error(f"argument --vocab: {args.vocab} is smaller than the {size} tokens of --tokenizer {tokenizer}")
+    if read_files and args.data:
+        try:
+            text.data_files(args.data)
+        except text.DataError as err:
+            parser.error(f"argument --data: {err}")
     devices = target.shape.jax_devices * target.slices
     if args.batch_size % devices:
         parser.error(f"argument --batch-size: {args.batch_size} must be a multiple of the {devices} chips of {target.describe()}")
     fsdp = args.fsdp or target.shape.jax_devices
     if target.shape.jax_devices % fsdp:
         parser.error(f"argument --fsdp: {fsdp} must divide the {target.shape.jax_devices} chips of a slice")
-    storage = args.storage or default_storage(target)
-    if not storage:
+    storage_path = args.storage or default_storage(target)
+    if not storage_path:
         parser.error(f"argument --storage: needed (no ${STORAGE_ENV} and no environment config with a bucket)")
     config = TrainConfig(
         model=model.to_dict(),
@@ -203,12 +248,16 @@ def parse_config(argv: Sequence[str] | None = None) -> tuple[cli.SliceTarget, Tr
         peak_flops=target.peak_bf16_flops,
         matmul_baseline=args.matmul_baseline,
         step_timeout_s=args.step_timeout,
+        data=args.data or "",
+        tokenizer=tokenizer,
     )
     name = args.name or f"train-{target.shape.pod_type}-x{target.slices}"
-    return target, config, name, storage, RetryBudget.from_args(args)
+    return target, config, name, storage_path, RetryBudget.from_args(args)
 
 
-parse_args = parse_config  # what jobs.submit checks a job's arguments with
+def parse_args(argv: Sequence[str] | None = None) -> tuple[cli.SliceTarget, TrainConfig, str, str, RetryBudget]:
+    """What jobs.submit checks a job's arguments with (on the laptop: no files read)."""
+    return parse_config(argv, read_files=False)
 
 
 def as_json(result: TrainResult) -> dict[str, Any]:

@@ -88,6 +88,7 @@ def _fit(target: cli.SliceTarget, config: TrainConfig, board: Any) -> TrainResul
     from ray.train.v2.jax import JaxTrainer
 
     from jobs.train.data import synthetic_dataset
+    from jobs.train.text import text_dataset
 
     name, storage_path = config.run_name, config.storage_path
     shape = target.shape
@@ -109,14 +110,18 @@ def _fit(target: cli.SliceTarget, config: TrainConfig, board: Any) -> TrainResul
     run_config = RunConfig(
         name=name,
         storage_path=storage_path,
-        checkpoint_config=CheckpointConfig(num_to_keep=2),
+        # Orbax deletes old checkpoints (jobs.train.checkpoints.KEEP); Ray Train only registers them.
+        checkpoint_config=CheckpointConfig(num_to_keep=None),
         # No retries inside Ray Train (run_training decides them), and a start that times out is an
         # error, not a retry forever.
         failure_config=FailureConfig(max_failures=0, max_preemption_failures=0, controller_failure_limit=0),
         worker_runtime_env={"env_vars": {k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}},
     )
     cfg = ModelConfig(**config.model)
-    dataset = synthetic_dataset(config.steps * config.global_batch, cfg.seq_len, cfg.vocab)
+    if config.data:
+        dataset = text_dataset(config.data, config.tokenizer, cfg.seq_len)
+    else:
+        dataset = synthetic_dataset(config.steps * config.global_batch, cfg.seq_len, cfg.vocab)
     trainer = JaxTrainer(
         train_loop_per_worker,
         train_loop_config={**asdict(config), BOARD_KEY: board},
@@ -156,4 +161,5 @@ def _fit(target: cli.SliceTarget, config: TrainConfig, board: Any) -> TrainResul
         state_built_at=m.state_built_at,
         matmul_flops_per_s=m.matmul_flops_per_s,
         checkpoint=result.checkpoint.path if result.checkpoint else None,
+        checkpoint_stall_s=m.checkpoint_stall_s,
     )

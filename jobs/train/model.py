@@ -229,6 +229,40 @@ def forward(params: Params, tokens: jax.Array, cfg: ModelConfig, compute_dtype=N
     return (x @ params["lm_head"].astype(compute_dtype)).astype(jnp.float32)
 
 
+def make_optimizer(learning_rate: float, warmup_steps: int, total_steps: int):
+    """AdamW (weight decay 0.01) with global-norm clipping at 1 and a warmup-cosine schedule."""
+    import optax
+
+    schedule = optax.warmup_cosine_decay_schedule(0.0, learning_rate, max(1, warmup_steps), max(total_steps, warmup_steps + 1))
+    return optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(schedule, weight_decay=0.01))
+
+
+def train_step(optimizer, cfg: ModelConfig, compute_dtype=None):
+    """The step every worker compiles: (params, opt_state, tokens [batch, seq_len + 1]) ->
+    (params, opt_state, loss). Sharding is the caller's (`jax.jit`'s in/out shardings)."""
+    import jax
+    import optax
+
+    def step(params, opt_state, tokens):
+        loss, grads = jax.value_and_grad(loss_fn)(params, tokens, cfg, compute_dtype)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    return step
+
+
+def greedy(params: Params, prompt: list[int], cfg: ModelConfig, new_tokens: int) -> list[int]:
+    """The `new_tokens` tokens a greedy decode appends to `prompt` (float32, the whole prefix
+    recomputed per token: a reference for checking a serving engine, not a fast decoder)."""
+    import jax.numpy as jnp
+
+    tokens = list(prompt)
+    for _ in range(new_tokens):
+        logits = forward(params, jnp.asarray([tokens], jnp.int32), cfg)
+        tokens.append(int(jnp.argmax(logits[0, -1])))
+    return tokens[len(prompt) :]
+
+
 def loss_fn(params: Params, tokens: jax.Array, cfg: ModelConfig, compute_dtype=None) -> jax.Array:
     """Mean next-token cross-entropy; `tokens` is [batch, seq_len + 1]."""
     import optax

@@ -5,11 +5,8 @@ replicated over data, and the compiled step."""
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-from jobs.train import checkpoints
 from jobs.train.config import TrainConfig
 from jobs.train.model import ModelConfig
 
@@ -25,7 +22,7 @@ class ShardedState:
         from jax.sharding import Mesh, NamedSharding
         from jax.sharding import PartitionSpec as P
 
-        from jobs.train.model import DATA_AXIS, FSDP_AXIS, batch_spec, init_params, loss_fn, param_specs
+        from jobs.train.model import DATA_AXIS, FSDP_AXIS, batch_spec, init_params, make_optimizer, param_specs, train_step
 
         self.cfg = ModelConfig(**config.model)
         self.platform = jax.devices()[0].platform
@@ -48,10 +45,7 @@ class ShardedState:
         param_sharding = jax.tree.map(lambda s: NamedSharding(self.mesh, s), param_specs(initial, fsdp))
         self.params = jax.tree.map(_shard, initial, param_sharding)
         abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), initial)
-        schedule = optax.warmup_cosine_decay_schedule(
-            0.0, config.learning_rate, max(1, config.warmup_steps), max(config.steps, config.warmup_steps + 1)
-        )
-        self.optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(schedule, weight_decay=0.01))
+        self.optimizer = make_optimizer(config.learning_rate, config.warmup_steps, config.steps)
         # Optimizer moments take their parameter's sharding; scalars (step counts) are replicated.
         opt_sharding = optax.tree_map_params(
             self.optimizer,
@@ -62,13 +56,8 @@ class ShardedState:
         )
         self.opt_state = jax.jit(self.optimizer.init, out_shardings=opt_sharding)(self.params)
 
-        def step(params, opt_state, tokens):
-            loss, grads = jax.value_and_grad(loss_fn)(params, tokens, self.cfg, self.compute_dtype)
-            updates, opt_state = self.optimizer.update(grads, opt_state, params)
-            return optax.apply_updates(params, updates), opt_state, loss
-
         self._step = jax.jit(
-            step,
+            train_step(self.optimizer, self.cfg, self.compute_dtype),
             in_shardings=(param_sharding, opt_sharding, self.batch_sharding),
             out_shardings=(param_sharding, opt_sharding, replicated),
             donate_argnums=(0, 1),
@@ -83,37 +72,19 @@ class ShardedState:
         self.params, self.opt_state, loss = self._step(self.params, self.opt_state, tokens)
         return float(loss)  # waits for the step
 
-    # Checkpoints hold full arrays, readable with numpy alone: right for the small presets. A large
-    # model would write per-process shards (e.g. Orbax) instead. `jobs.train.checkpoints` writes them so
-    # that a half-written one is never resumed from.
-    def save(self, directory: Path, step: int, is_writer: bool) -> None:
-        import jax
-        from jax.experimental import multihost_utils
-
-        leaves = jax.tree.leaves((self.params, self.opt_state))
-        # Where parameters are sharded within a host only (--fsdp a host's chips), every process
-        # already holds whole arrays: copy them out without a collective (and its compile). Sharded
-        # over the slice, they are gathered. Same layout on every process: all take one branch.
-        copies = [_local_copy(leaf) for leaf in leaves]
-        if all(c is not None for c in copies):
-            leaves = copies
-        else:
-            leaves = multihost_utils.process_allgather(leaves, tiled=True)
-        if is_writer:
-            checkpoints.write(directory, leaves, step, self.cfg.to_dict())
-
-    def restore(self, meta: checkpoints.CheckpointMeta, arrays: Sequence[Any], where: str) -> int:
+    def abstract(self) -> tuple[Any, Any]:
+        """The parameters' and optimizer state's shapes, dtypes and shardings: where a restore
+        puts each shard."""
         import jax
 
-        leaves, tree = jax.tree.flatten((self.params, self.opt_state))
-        if meta.model != self.cfg.to_dict() or len(arrays) != len(leaves):
-            raise ValueError(
-                f"the checkpoint {where} is of another model ({meta.model}, this run: {self.cfg.to_dict()}); "
-                "pass another --name to start a new run"
-            )
-        restored = [_shard(a, leaf.sharding) for leaf, a in zip(leaves, arrays, strict=False)]
-        self.params, self.opt_state = jax.tree.unflatten(tree, restored)
-        return meta.step
+        def spec(a):
+            return jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding)
+
+        return jax.tree.map(spec, self.params), jax.tree.map(spec, self.opt_state)
+
+    def load(self, params: Any, opt_state: Any) -> None:
+        """Take restored parameters and optimizer state (already placed: see `abstract`)."""
+        self.params, self.opt_state = params, opt_state
 
     def dense_matmul_flops(self, size: int, iters: int = 3) -> float:
         """FLOP/s of a plain [devices x size, size] @ [size, size] on the same mesh, no communication:
@@ -142,15 +113,3 @@ def _shard(host_array, sharding):
     import jax
 
     return jax.make_array_from_callback(host_array.shape, sharding, lambda index: host_array[index])
-
-
-def _local_copy(array):
-    """`array` as one numpy array from this process's shards, or None if they do not cover it."""
-    import numpy as np
-
-    out = np.empty(array.shape, array.dtype)
-    covered = np.zeros(array.shape, bool)
-    for shard in array.addressable_shards:
-        out[shard.index] = np.asarray(shard.data)
-        covered[shard.index] = True
-    return out if covered.all() else None

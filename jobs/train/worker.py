@@ -1,5 +1,5 @@
 """The SPMD training loop each Ray Train worker runs (one per host; `jax.distributed` is set up by
-Ray Train's JAX backend): Ray Data batches in, a checkpoint and `StepMetrics` out every N steps,
+Ray Train's JAX backend): Ray Data batches in, an Orbax checkpoint and `StepMetrics` out every N steps,
 and a `StepWatchdog` that turns a hang into an exit the driver reads as one."""
 
 from __future__ import annotations
@@ -7,11 +7,10 @@ from __future__ import annotations
 import itertools
 import logging
 import statistics
-import tempfile
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict
-from pathlib import Path
+from dataclasses import asdict, replace
 from typing import Any
 
 from jobs.runtime import progress
@@ -19,6 +18,7 @@ from jobs.train import checkpoints
 from jobs.train.config import StepMetrics, TrainConfig, mfu
 from jobs.train.model import flops_per_token, param_count
 from jobs.train.state import ShardedState
+from jobs.train.text import DataError
 
 # Bound on waiting for the first batch from Ray Data.
 DATA_TIMEOUT_S = 600.0
@@ -56,9 +56,7 @@ def _train(config: TrainConfig, rank: int, watchdog: progress.StepWatchdog, time
 
     context = ray.train.get_context()
     local_batch = config.global_batch // context.get_world_size()
-    batches = iter(
-        ray.train.get_dataset_shard("train").iter_batches(batch_size=local_batch, batch_format="numpy", drop_last=True, prefetch_batches=2)
-    )
+    batches = _epochs(ray.train.get_dataset_shard("train"), local_batch, config.data)
     # Starting Ray Data's pipeline takes seconds (coordinator, tasks, workers): overlap it with
     # building the model instead of waiting for it at the first step.
     pool = ThreadPoolExecutor(1)
@@ -73,17 +71,23 @@ def _train(config: TrainConfig, rank: int, watchdog: progress.StepWatchdog, time
     say = logging.getLogger("jobs.train").info if rank == 0 else (lambda *a, **k: None)
     watchdog.beat("model built, first batch in")
 
+    logging.getLogger("absl").setLevel(logging.WARNING)  # Orbax narrates every save at INFO
+    manager = checkpoints.open_manager(checkpoints.run_root(config.storage_path, config.run_name))
+    abstract_params, abstract_opt_state = state.abstract()
+    found = checkpoints.restore_newest(
+        manager, state.cfg.to_dict(), abstract_params, abstract_opt_state, log=say, agree=checkpoints.all_processes_agree
+    )
     start_step = 0
-    found = checkpoints.newest_whole(checkpoints.stored_candidates(config.storage_path, config.run_name), log=say)
     if found:
-        meta, arrays, where = found
-        start_step = state.restore(meta, arrays, where)
-        say(f"[train] resumed from the checkpoint at step {start_step} ({where})")
+        state.load(found.params, found.opt_state)
+        start_step = found.step
+        say(f"[train] resumed from the checkpoint at step {start_step} ({found.where})")
         watchdog.beat("restored")
 
     if start_step >= config.steps:
         say(f"[train] the checkpoint is already at step {start_step}; nothing to do")
         ray.train.report({"step": start_step, "start_step": start_step, "already_done": True})
+        manager.close()
         return
 
     tokens_per_step = config.global_batch * state.cfg.seq_len
@@ -91,8 +95,10 @@ def _train(config: TrainConfig, rank: int, watchdog: progress.StepWatchdog, time
     losses: list[float] = []
     times: list[float] = []
     first_step_at = 0.0
+    stalls: list[float] = []
+    saved: int | None = None  # the newest step whose save has started
     stream = itertools.chain([first] if first is not None else [], batches)
-    for step, batch in zip(range(start_step, config.steps), stream, strict=False):  # the stream may end first
+    for step, batch in zip(range(start_step, config.steps), stream, strict=False):  # _epochs never ends
         tokens = state.batch(batch["tokens"])
         if step == start_step:
             first_step_at = time.time()
@@ -128,10 +134,43 @@ def _train(config: TrainConfig, rank: int, watchdog: progress.StepWatchdog, time
                 state_built_at=timeline.get("state_built_at", 0.0),
                 matmul_flops_per_s=state.dense_matmul_flops(config.matmul_baseline) if done and config.matmul_baseline else None,
             )
-            with tempfile.TemporaryDirectory(prefix="jobs-train-") as directory:
-                state.save(Path(directory), step + 1, is_writer=rank == 0)
-                # Only rank 0 hands over the checkpoint; every rank reports (it is a barrier). The
-                # directory is named by step (rank 0's name wins), so older ones can be found.
-                chosen = ray.train.Checkpoint.from_directory(directory) if rank == 0 else None
-                ray.train.report(asdict(metrics), checkpoint=chosen, checkpoint_dir_name=checkpoints.dir_name(step + 1))
+            committed = saved  # save() below waits for the previous save: that one is then committed
+            begin = time.perf_counter()
+            checkpoints.save(manager, step + 1, state.params, state.opt_state, state.cfg.to_dict(), tokenizer=config.tokenizer)
+            saved = step + 1
+            stalls.append(time.perf_counter() - begin)  # what the loop waits for; the writing goes on
+            if done:
+                manager.wait_until_finished()
+                committed = saved
+            metrics = replace(metrics, checkpoint_step=committed, checkpoint_stall_s=statistics.median(stalls))
+            # Ray Train registers each checkpoint once Orbax has committed it: a pointer into the run's
+            # directory, nothing to upload (every host wrote its own shards). Every rank reports
+            # (it is a barrier); rank 0's pointer is the one registered.
+            ray.train.report(
+                asdict(metrics),
+                checkpoint=_pointer(committed) if rank == 0 and committed is not None else None,
+                checkpoint_upload_mode=ray.train.CheckpointUploadMode.NO_UPLOAD,
+            )
             watchdog.beat(f"checkpoint at step {step + 1}")
+    manager.wait_until_finished()  # a stream that ended early leaves its last save in flight
+    manager.close()
+
+
+def _epochs(shard: Any, batch_size: int, data: str) -> Iterator[dict[str, Any]]:
+    """The shard's batches, epoch after epoch: a corpus smaller than --steps x --batch-size is read
+    again (synthetic data is sized to the run)."""
+    while True:
+        empty = True
+        for batch in shard.iter_batches(batch_size=batch_size, batch_format="numpy", drop_last=True, prefetch_batches=2):
+            empty = False
+            yield batch
+        if empty:
+            raise DataError(f"{data or 'the synthetic data'} gives no full batch of {batch_size} rows of tokens to this host")
+
+
+def _pointer(step: int):
+    """Ray Train's handle on the committed checkpoint at `step`, in the run's directory."""
+    import ray.train
+
+    storage = ray.train.get_context().get_storage()
+    return ray.train.Checkpoint(path=f"{storage.experiment_fs_path}/{checkpoints.dir_name(step)}", filesystem=storage.storage_filesystem)

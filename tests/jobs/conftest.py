@@ -65,7 +65,12 @@ def _shared_cluster(ray_tmp):
 def shared_slice(_shared_cluster: SimCluster) -> SimCluster:
     """The shared v6e 4x4 slice, whole and idle, with this driver connected to it. A test may remove,
     kill or re-add its hosts: the next test gets the missing ones back."""
-    sim = _shared_cluster
+    return whole_and_idle(_shared_cluster)
+
+
+def whole_and_idle(sim: SimCluster) -> SimCluster:
+    """`sim` with every host of the shared slice back and this driver connected (for fixtures of a
+    wider scope than `shared_slice`'s)."""
     if not ray.is_initialized():
         use_test_token()  # a `jobs.local` cluster started since has its own token
         ray.init(address=sim.cluster.address, logging_level="warning", log_to_driver=False)

@@ -33,4 +33,8 @@ def test_the_demo_passes_with_token_authentication_on():
     # The slice refused a Jobs API request without the token, and its token file is the owner's only.
     assert "a request without the token gets 401" in out and "(mode 600)" in out
     assert "healthcheck job" in out and "train job" in out and out.count("SUCCEEDED") == 2
-    assert "Traceback" not in out
+    # No traceback from the demo or the jobs. Ray Train's detached PlacementGroupCleaner actor can
+    # print one from its monitor thread as the run's controller goes away (seen once in a few runs,
+    # ray 2.60): Ray's own teardown, streamed with the job's logs, not ours.
+    ours = [line for line in out.splitlines() if "(PlacementGroupCleaner pid=" not in line]
+    assert not any("Traceback" in line for line in ours), "\n".join(ours)[-4000:]

