@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -79,34 +78,15 @@ def one_process(process_id: int, num_processes: int, port: int, root: str, argv:
 
 
 def launch(args: argparse.Namespace, root: str) -> list[dict[str, float]]:
+    from per_host import run_per_host
+
     from infra import catalog
-    from jobs.local import cpu_jax_env
     from jobs.runtime.net import free_port
 
     shape = catalog.shape(args.generation, args.topology)
     port = free_port()
-    env = {**os.environ, **cpu_jax_env(shape), "PYTHONPATH": str(REPO_ROOT)}
-    procs = [
-        subprocess.Popen(
-            [sys.executable, __file__, "--process", str(i), str(shape.hosts), str(port), root, args.generation, args.topology, args.preset],
-            env=env,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        for i in range(shape.hosts)
-    ]
-    results = []
-    try:
-        for p in procs:
-            out, _ = p.communicate(timeout=args.timeout)
-            results += [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    if len(results) != shape.hosts:
-        raise RuntimeError(f"{len(results)} of {shape.hosts} processes reported")
-    return results
+    argv = [str(shape.hosts), str(port), root, args.generation, args.topology, args.preset]
+    return run_per_host(shape, lambda i: [__file__, "--process", str(i), *argv], args.timeout)
 
 
 def main(argv: list[str] | None = None) -> int:

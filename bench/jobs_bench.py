@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -63,34 +62,15 @@ def bare_process(process_id: int, num_processes: int, port: int, argv: list[str]
 
 def bare_launch(shape, timeout_s: float = 600) -> float:
     """Seconds from spawning one process per host to the last one entering its first step."""
-    from jobs.local import cpu_jax_env
+    from per_host import run_per_host
+
     from jobs.runtime.net import free_port
 
     port = free_port()
-    env = {**os.environ, **cpu_jax_env(shape), "PYTHONPATH": str(REPO_ROOT)}
     started = time.time()
-    procs = [
-        subprocess.Popen(
-            [sys.executable, __file__, "--bare-process", str(i), str(shape.hosts), str(port), shape.generation.name, shape.topology],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        for i in range(shape.hosts)
-    ]
-    entered = []
-    try:
-        for p in procs:
-            out, _ = p.communicate(timeout=timeout_s)
-            entered += [json.loads(line)["first_step_at"] for line in out.splitlines() if line.startswith("{")]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    if len(entered) != shape.hosts:
-        raise RuntimeError(f"the bare launch reported {len(entered)} of {shape.hosts} processes")
-    return max(entered) - started
+    argv = [str(shape.hosts), str(port), shape.generation.name, shape.topology]
+    results = run_per_host(shape, lambda i: [__file__, "--bare-process", str(i), *argv], timeout_s)
+    return max(r["first_step_at"] for r in results) - started
 
 
 def wait_chips_free(shape, timeout_s: float = 10) -> None:
