@@ -61,7 +61,7 @@ def export(storage_path: str, run: str, out: str, tokenizer: str | None = None, 
     root = checkpoints.run_root(storage_path, run)
     if not storage.exists(root):
         raise ExportError(f"there is no run {run!r} in {storage_path} ({root} does not exist)")
-    manager = checkpoints.open_manager(root, asynchronous=False, keep=None)
+    manager = checkpoints.open_manager(root, asynchronous=False, keep=None, read_only=True)  # the run may be saving
     steps = sorted(manager.all_steps(), reverse=True)
     if not steps:
         raise ExportError(f"run {run!r} has no committed checkpoint in {root}")

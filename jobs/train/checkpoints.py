@@ -64,9 +64,10 @@ def step_of(name: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def open_manager(root: str, *, asynchronous: bool = True, keep: int | None = KEEP):
+def open_manager(root: str, *, asynchronous: bool = True, keep: int | None = KEEP, read_only: bool = False):
     """An Orbax CheckpointManager over the run's directory (created if missing). Every process of
-    the run opens one; Orbax coordinates them (only the primary process commits and deletes)."""
+    the run opens one; Orbax coordinates them (only the primary process commits and deletes).
+    `read_only` (jobs.export) creates, cleans and deletes nothing: the run may be saving right now."""
     import orbax.checkpoint as ocp
 
     # Orbax reaches gs:// through gcsfs (paths) and TensorStore (arrays): point TensorStore at the
@@ -77,8 +78,9 @@ def open_manager(root: str, *, asynchronous: bool = True, keep: int | None = KEE
         step_prefix=STEP_PREFIX,
         step_format_fixed_length=STEP_DIGITS,
         enable_async_checkpointing=asynchronous,
-        create=True,
-        cleanup_tmp_directories=True,  # what a killed save left behind
+        create=not read_only,
+        read_only=read_only,
+        cleanup_tmp_directories=not read_only,  # what a killed save left behind
     )
     return ocp.CheckpointManager(root, options=options, item_names=ITEMS)
 

@@ -41,3 +41,14 @@ def test_export_refuses_with_one_line_what_it_cannot_do(tmp_path, capsys):
     err = refused("--storage", runs, "--name", "synthetic", "--out", out, "--tokenizer", str(text.TOKENIZER))
     assert "is not a model directory; refusing to replace it" in err
     assert (tmp_path / "model" / "notes.txt").read_text() == "mine"
+
+
+def test_export_of_a_run_still_training_leaves_its_save_in_flight_alone(tmp_path):
+    save_run(tmp_path / "runs", "live", init_params(CFG, 0), tokenizer=str(text.TOKENIZER))
+    # What Orbax writes while a save is on its way to its commit (the training run is saving now).
+    in_flight = tmp_path / "runs" / "live" / f"{checkpoints.dir_name(10)}.orbax-checkpoint-tmp-1764800000"
+    (in_flight / "params").mkdir(parents=True)
+    (in_flight / "params" / "part").write_bytes(b"x" * 100)
+    assert export_cli.main(["--storage", str(tmp_path / "runs"), "--name", "live", "--out", str(tmp_path / "model")]) == 0
+    assert (in_flight / "params" / "part").read_bytes() == b"x" * 100  # not cleaned up under the run
+    assert (tmp_path / "model" / "config.json").is_file()
