@@ -6,7 +6,7 @@
 Writes `config.json` (LlamaForCausalLM), `generation_config.json`, `model.safetensors` (float32,
 Hugging Face's tensor names: jobs.train.hf) and the tokenizer files (`tokenizer.json`,
 `tokenizer_config.json` with a chat template, `special_tokens_map.json`). The tokenizer is the one
-the run trained with (recorded in each checkpoint), unless `--tokenizer` names another.
+the run trained with (kept in its directory), unless `--tokenizer` names another.
 
 Reads only the parameters (not the optimizer state), onto this machine's first device: no slice
 needed. A local `--out` appears whole or not at all (written beside it, then renamed); on gs://,
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import shutil
 import sys
@@ -50,7 +51,6 @@ def export(storage_path: str, run: str, out: str, tokenizer: str | None = None, 
     """Write the export; what was exported (step, checkpoint, files)."""
     import jax
     import numpy as np
-    import orbax.checkpoint as ocp
     from safetensors.numpy import save
 
     from jobs.runtime.hf_tokenizer import tokenizer_files
@@ -58,6 +58,7 @@ def export(storage_path: str, run: str, out: str, tokenizer: str | None = None, 
     from jobs.train.model import ModelConfig, shapes
     from jobs.train.text import DataError, eos_id, load_tokenizer
 
+    logging.getLogger("absl").setLevel(logging.ERROR)  # Orbax's notes on a read-only manager are not ours
     root = checkpoints.run_root(storage_path, run)
     if not storage.exists(root):
         raise ExportError(f"there is no run {run!r} in {storage_path} ({root} does not exist)")
@@ -65,7 +66,9 @@ def export(storage_path: str, run: str, out: str, tokenizer: str | None = None, 
     steps = sorted(manager.all_steps(), reverse=True)
     if not steps:
         raise ExportError(f"run {run!r} has no committed checkpoint in {root}")
-    meta = manager.restore(steps[0], args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+    meta = _newest_meta(manager, steps)
+    if meta is None:
+        raise ExportError(f"no checkpoint of run {run!r} in {root} has a meta that reads back")
     cfg = ModelConfig(**meta["model"])
     device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
     abstract = jax.tree.map(
@@ -74,9 +77,10 @@ def export(storage_path: str, run: str, out: str, tokenizer: str | None = None, 
     found = checkpoints.restore_newest(manager, cfg.to_dict(), abstract, log=log)
     if found is None:
         raise ExportError(f"no checkpoint of run {run!r} in {root} reads back whole")
-    tokenizer = tokenizer or found.meta.get("tokenizer") or ""
+    kept = storage.join(root, checkpoints.TOKENIZER_FILE)
+    tokenizer = tokenizer or (kept if storage.exists(kept) else "")
     if not tokenizer:
-        raise ExportError(f"run {run!r} trained on synthetic tokens and recorded no tokenizer: pass --tokenizer")
+        raise ExportError(f"run {run!r} trained on synthetic tokens and kept no tokenizer: pass --tokenizer")
     try:
         _, tok = load_tokenizer(tokenizer)
         eos = eos_id(tok, tokenizer)
@@ -99,6 +103,18 @@ def export(storage_path: str, run: str, out: str, tokenizer: str | None = None, 
     }
     _write(out, files)
     return {"run": run, "step": found.step, "checkpoint": found.where, "out": out, "files": sorted(files), "tokenizer": tokenizer}
+
+
+def _newest_meta(manager: Any, steps: list[int]) -> dict[str, Any] | None:
+    """The meta (step, model) of the newest of `steps` whose meta reads back."""
+    import orbax.checkpoint as ocp
+
+    for step in steps:
+        try:
+            return dict(manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"])
+        except Exception:  # Orbax raises many kinds; restore_newest says why when it skips one
+            continue
+    return None
 
 
 def _write(out: str, files: dict[str, bytes]) -> None:

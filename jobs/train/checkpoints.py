@@ -33,6 +33,7 @@ STEP_PREFIX = "checkpoint_step"
 STEP_DIGITS = 9  # zero-padded, so names sort by step
 KEEP = 2  # the newest checkpoints Orbax keeps; older ones are deleted once a newer one is committed
 ITEMS = ("params", "opt_state", "meta")
+TOKENIZER_FILE = "tokenizer.json"  # the run's tokenizer, kept in its directory (jobs.export reads it)
 _DIR_NAME = re.compile(rf"^{STEP_PREFIX}_(\d+)$")
 
 
@@ -62,6 +63,12 @@ def step_of(name: str) -> int | None:
     """The step in a `dir_name`, or None for any other name (pure)."""
     match = _DIR_NAME.match(name)
     return int(match.group(1)) if match else None
+
+
+def keep_tokenizer(root: str, tokenizer: str) -> None:
+    """Copy the run's tokenizer into its directory (`TOKENIZER_FILE`), beside its checkpoints: the
+    path it came from may be gone by export time (a job's working dir on the cluster)."""
+    storage.write_bytes(storage.join(root, TOKENIZER_FILE), storage.read_bytes(tokenizer))
 
 
 def open_manager(root: str, *, asynchronous: bool = True, keep: int | None = KEEP, read_only: bool = False):

@@ -72,7 +72,10 @@ def _train(config: TrainConfig, rank: int, watchdog: progress.StepWatchdog, time
     watchdog.beat("model built, first batch in")
 
     logging.getLogger("absl").setLevel(logging.WARNING)  # Orbax narrates every save at INFO
-    manager = checkpoints.open_manager(checkpoints.run_root(config.storage_path, config.run_name))
+    root = checkpoints.run_root(config.storage_path, config.run_name)
+    if rank == 0 and config.tokenizer:
+        checkpoints.keep_tokenizer(root, config.tokenizer)
+    manager = checkpoints.open_manager(root)
     abstract_params, abstract_opt_state = state.abstract()
     found = checkpoints.restore_newest(
         manager, state.cfg.to_dict(), abstract_params, abstract_opt_state, log=say, agree=checkpoints.all_processes_agree

@@ -19,6 +19,8 @@ def save_run(storage, name: str, params, step: int = 5, cfg: ModelConfig = CFG, 
     import optax
 
     params = jax.tree.map(jnp.asarray, params)
+    if notes.get("tokenizer"):  # as rank 0 of jobs.train keeps it
+        checkpoints.keep_tokenizer(checkpoints.run_root(str(storage), name), notes["tokenizer"])
     manager = checkpoints.open_manager(checkpoints.run_root(str(storage), name), asynchronous=False)
     checkpoints.save(manager, step, params, optax.adam(1e-3).init(params), cfg.to_dict(), **notes)
     manager.close()
@@ -35,7 +37,7 @@ def test_export_refuses_with_one_line_what_it_cannot_do(tmp_path, capsys):
 
     assert "there is no run 'nope'" in refused("--storage", runs, "--name", "nope", "--out", out)
     save_run(tmp_path / "runs", "synthetic", init_params(CFG, 0))
-    assert "recorded no tokenizer: pass --tokenizer" in refused("--storage", runs, "--name", "synthetic", "--out", out)
+    assert "kept no tokenizer: pass --tokenizer" in refused("--storage", runs, "--name", "synthetic", "--out", out)
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "notes.txt").write_text("mine")
     err = refused("--storage", runs, "--name", "synthetic", "--out", out, "--tokenizer", str(text.TOKENIZER))
