@@ -39,7 +39,7 @@ class TrainConfig:
     storage_path: str = ""  # where the run's checkpoints are (RunConfig's storage_path/name)...
     run_name: str = ""  # ...listed to resume from the newest whole one
     data: str = ""  # training text (jobs.train.text); "" for synthetic tokens
-    tokenizer: str = ""  # its tokenizer.json, recorded with every checkpoint for jobs.export
+    tokenizer: str = ""  # its tokenizer.json (rank 0 keeps a copy in the run directory for jobs.export)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
