@@ -11,7 +11,12 @@ INSTALL_HINT = "install it with `gcloud components install kubectl`"
 
 
 class KubectlError(RuntimeError):
-    """kubectl is missing, took too long or failed; the message is one line saying which."""
+    """kubectl is missing, took too long or failed; the message is one line saying which.
+    `answered`: kubectl ran and refused (the cluster said no), as opposed to not running at all."""
+
+    def __init__(self, message: str, answered: bool = False):
+        super().__init__(message)
+        self.answered = answered
 
 
 def run(args: Sequence[str], timeout_s: float, what: str) -> str:
@@ -25,5 +30,5 @@ def run(args: Sequence[str], timeout_s: float, what: str) -> str:
         raise KubectlError(f"kubectl took over {timeout_s:g} s to {what}") from None
     if proc.returncode:
         reason = " ".join(proc.stderr.split()) or f"kubectl exited {proc.returncode}"
-        raise KubectlError(f"cannot {what}: {reason}")
+        raise KubectlError(f"cannot {what}: {reason}", answered=True)
     return proc.stdout

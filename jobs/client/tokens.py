@@ -33,7 +33,7 @@ def read_token(env: Environment, timeout_s: float = KUBECTL_TIMEOUT_S) -> str:
         out = kubectl.run(secret_command(env)[1:], timeout_s, f"read the Ray token ({where})")
     except kubectl.KubectlError as err:
         hint = f"KubeRay creates it when the RayCluster is applied (python -m infra manifests --env {env.name} | kubectl apply -f -)"
-        raise SubmitError(f"{err}; {hint}" if str(err).startswith("cannot") else str(err)) from None
+        raise SubmitError(f"{err}; {hint}" if err.answered else str(err)) from None
     try:
         token = base64.b64decode(out.strip(), validate=True).decode()
     except (binascii.Error, UnicodeDecodeError):
