@@ -51,21 +51,26 @@ demo: setup ## bring up a simulated v6e 4x4 slice, run healthcheck + train throu
 	$(PY) -m jobs.demo
 
 lint: setup ## ruff (lint + format check) and mypy on infra/ and jobs/ (config: pyproject.toml)
-	$(VENV)/bin/ruff check infra jobs tests bench
-	$(VENV)/bin/ruff format --check infra jobs tests bench
+	$(VENV)/bin/ruff check infra jobs tests bench scripts
+	$(VENV)/bin/ruff format --check infra jobs tests bench scripts
 	$(VENV)/bin/mypy
 
+# A Ray driver whose raylet or GCS dies (or that trips one of Ray's own checks) exits at once with
+# status 1 and no traceback, so pytest prints no summary: on any failure, print what Ray's
+# processes logged before they died (scripts/ray_crash_report.py).
+PYTEST = began=$$(date +%s); $(PY) -m pytest $(1) || { status=$$?; $(PY) scripts/ray_crash_report.py $$began; exit $$status; }
+
 test: setup serve-setup lint ## lint, then every test but the slow ones (about 12 minutes on 2 cores)
-	$(PY) -m pytest -m "not slow"
+	$(call PYTEST,-m "not slow")
 
 test-fast: setup ## the tests that need no synth, no Ray cluster and no vLLM (a few minutes)
 	$(PY) -m pytest -m "not synth and not cluster and not vllm and not slow"
 
 test-slow: setup serve-setup ## the slow tests alone: whole training runs (with a host killed or wedged), vLLM end to end and `make demo` (about 17 minutes)
-	$(PY) -m pytest -m slow
+	$(call PYTEST,-m slow)
 
 test-all: setup serve-setup lint ## lint, then every test
-	$(PY) -m pytest
+	$(call PYTEST,)
 
 CDKTF_OUT ?= cdktf.out
 synth: setup ## synthesize every environment's stack into cdktf.out/ (CDKTF_OUT=dir to move it)

@@ -86,11 +86,18 @@ def run_per_host(
     Bounded three ways: the whole run by `timeout_s` (`TimeoutError`); silence by `step_timeout_s`,
     if given (`NoProgressError` when no host called `progress.beat()` for that long); and the
     first host to fail ends the run at once with that host's error, instead of waiting for the
-    others, which are usually blocked in a collective with it. Every other task is then cancelled.
-    `on_start(reservation, processes)` is called once the JAX processes are known.
+    others, which are usually blocked in a collective with it. `on_start(reservation, processes)`
+    is called once the JAX processes are known.
 
-    Each task runs in a fresh worker process (`max_calls=1`): `jax.distributed` can only be
-    initialized once per process, and it must not leak into the next job's tasks.
+    Each host runs `fn` in an actor of its own (`_Host`), killed when the run ends, however it
+    ends: a fresh process per run, because `jax.distributed` can only be initialized once per
+    process and must not leak into the next job. Actors and `ray.kill`, not tasks and
+    `ray.cancel(force=True)`: in Ray 2.60 a task cancelled while its reply is arriving crashes the
+    driver (a failed check, `Tried to complete task that was not pending`, exit status 1, no
+    traceback). That was seen here when every host raised the same error at once, the usual way a
+    bug in the job fails; it is the race of ray-project/ray#54846, whose fix (#54798) covered
+    retries only. Ray's actor-task path drops a reply that arrives after the actor was killed
+    ("The task has already been marked as failed. Ignore the reply.", in the installed _raylet.so).
     """
     import ray
 
@@ -102,16 +109,16 @@ def run_per_host(
     if on_start:
         on_start(reservation, processes)
     board = progress.start_board(len(processes)) if step_timeout_s else None
-    # max_retries=0: Ray would otherwise rerun a dead host's task by itself on a recreated node, with
-    # the old coordinator, while the driver reruns the whole slice; the driver owns retries.
-    task = ray.remote(max_calls=1, max_retries=0)(_host_task)
+    # No restarts or task retries: Ray would otherwise rerun a dead host's share by itself on a
+    # recreated node, with the old coordinator, while the driver reruns the whole slice; the
+    # driver owns retries.
+    host_actor = ray.remote(max_restarts=0, max_task_retries=0)(_Host)
+    actors: list[Any] = [host_actor.options(**reservation.host_options(host, **extra)).remote() for host in reservation.hosts]
+    name = getattr(fn, "__name__", "host_task")
     refs = [
-        task.options(name=getattr(fn, "__name__", "host_task"), **reservation.host_options(host, **extra)).remote(
-            board, fn, process, *args, **kwargs
-        )
-        for host, process in zip(reservation.hosts, processes, strict=False)
+        actor.run.options(name=name).remote(board, fn, process, *args, **kwargs) for actor, process in zip(actors, processes, strict=True)
     ]
-    running = dict(zip(refs, range(len(refs)), strict=False))  # ref -> process id
+    running = dict(zip(refs, range(len(refs)), strict=True))  # ref -> process id
     try:
         while running:
             ready, _ = ray.wait(list(running), num_returns=1, timeout=min(1.0, deadline.remaining()))
@@ -128,17 +135,18 @@ def run_per_host(
                     where = [f"worker {h.worker_id} of slice {h.slice_name}" for h in reservation.hosts]
                     raise progress.NoProgressError(progress.describe_silence(silent, step_timeout_s, where))
         return ray.get(refs, timeout=30)
-    except BaseException:
-        for ref in refs:  # one host failed, a bound ran out, or Ctrl-C: free the others
-            with contextlib.suppress(Exception):
-                ray.cancel(ref, force=True)
-        raise
     finally:
+        for actor in actors:  # done, one host failed, a bound ran out, or Ctrl-C: end every process
+            with contextlib.suppress(Exception):
+                ray.kill(actor, no_restart=True)
         if board is not None:
             progress.stop_board(board)
 
 
-def _host_task(board: Any, fn: Callable[..., Any], process: JaxProcess, *args: Any, **kwargs: Any) -> Any:
-    """What runs on each host: connect `progress.beat()` to the run's board, then the job."""
-    progress.attach(board, process.process_id)
-    return fn(process, *args, **kwargs)
+class _Host:
+    """One host's share of a run, in a process of its own (`run_per_host`)."""
+
+    def run(self, board: Any, fn: Callable[..., Any], process: JaxProcess, *args: Any, **kwargs: Any) -> Any:
+        """Connect `progress.beat()` to the run's board, then run the job."""
+        progress.attach(board, process.process_id)
+        return fn(process, *args, **kwargs)

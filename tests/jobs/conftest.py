@@ -11,6 +11,7 @@ v6e 4x4 slice share this one; a module that needs another shape builds its own w
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 
@@ -52,7 +53,8 @@ def ray_tmp():
             use_test_token()
             yield tmp
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if not os.environ.get("KEEP_RAY_TMP"):  # KEEP_RAY_TMP=1 keeps Ray's logs to read afterwards
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 @pytest.fixture(scope="package")

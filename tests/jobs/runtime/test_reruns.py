@@ -139,6 +139,26 @@ def test_a_user_error_is_not_rerun_whatever_the_budget(sim):
     assert live_placement_groups() == {}
 
 
+def raise_together(process, at: float, apart_s: float):
+    """Every host raises at about the same instant, `apart_s` apart: how a bug in a job usually fails."""
+    end = at + process.process_id * apart_s
+    while time.time() < end:
+        time.sleep(0.0005)
+    raise ValueError(f"bad input on process {process.process_id}")
+
+
+def test_every_host_raising_at_once_ends_each_run_as_one_user_error(sim):
+    # Ending a run by cancelling tasks whose replies were arriving crashed this very driver in
+    # Ray 2.60 (exit status 1, no traceback: jobs/runtime/launch.py says why the hosts are actors
+    # now). Several runs, the hosts a few milliseconds apart, so that ends meet arriving replies.
+    for apart_ms in (0, 1, 2, 3):
+        report, lines = run(raise_together, time.time() + 2.0, apart_ms / 1000)
+        assert len(report.attempts) == 1 and isinstance(report.outcome, Failed) and report.outcome.user_error, report.describe()
+        assert report.outcome.reason.startswith("ValueError: bad input on process")
+        assert "a user error: not rerun" in lines[-1]
+    assert live_placement_groups() == {}
+
+
 def hold(process, seconds: float):
     """Occupies the host for `seconds`, reporting progress; returns when it held it (wall clock)."""
     began = time.time()
