@@ -87,6 +87,11 @@ def exists(uri: str) -> bool:
 def list_files(uri: str) -> list[str]:
     """The files under `uri` (itself, if it is a file), sorted, as paths within its filesystem;
     hidden ones (`.` or `_` first, e.g. `_SUCCESS`) left out."""
+    return list(file_sizes(uri))
+
+
+def file_sizes(uri: str) -> dict[str, int]:
+    """`list_files(uri)`, each with its size in bytes (one listing)."""
     import pyarrow.fs
 
     fs, path = filesystem(uri)
@@ -94,13 +99,13 @@ def list_files(uri: str) -> list[str]:
     if info.type == pyarrow.fs.FileType.NotFound:
         raise StorageError(f"{uri} does not exist")
     if info.type == pyarrow.fs.FileType.File:
-        return [path]
+        return {path: info.size or 0}
     entries = fs.get_file_info(pyarrow.fs.FileSelector(path, recursive=True))
-    return sorted(
-        e.path
-        for e in entries
+    return {
+        e.path: e.size or 0
+        for e in sorted(entries, key=lambda e: e.path)
         if e.type == pyarrow.fs.FileType.File and not any(part[:1] in "._" for part in e.path[len(path) :].split("/") if part)
-    )
+    }
 
 
 def orbax_environment() -> dict[str, str]:

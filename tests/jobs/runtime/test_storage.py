@@ -38,6 +38,8 @@ def test_write_read_list_and_refuse_with_the_path(root):
     assert storage.read_bytes(storage.join(root, "a", "b.txt")) == b"hello"
     listed = storage.list_files(storage.join(root, "a"))
     assert [p.rsplit("/a/", 1)[1] for p in listed] == ["b.txt", "c/d.json"]  # hidden markers left out
+    assert list(storage.file_sizes(storage.join(root, "a")).values()) == [5, 2]
+    assert list(storage.file_sizes(storage.join(root, "a", "b.txt")).values()) == [5]
     assert storage.exists(storage.join(root, "a", "b.txt")) and not storage.exists(storage.join(root, "nope"))
     with pytest.raises(storage.StorageError, match=r"/nope/x does not exist"):
         storage.read_bytes(storage.join(root, "nope", "x"))

@@ -63,6 +63,15 @@ def test_data_flags_set_the_vocab_and_name_a_bad_path_in_one_line(tmp_path, caps
         assert exit_.value.code == 2 and message in err, err
 
 
+def test_a_corpus_is_tokenized_once_and_kept_only_when_its_tokens_fit_easily_in_the_object_store():
+    store = 4 * 2**30  # a quarter of it: 1 GiB of tokens
+    assert text.kept_in_store("json", 256 * 2**20, store)  # at most one int32 token per byte
+    assert not text.kept_in_store("json", 257 * 2**20, store)
+    assert text.kept_in_store("parquet", 64 * 2**20, store)  # compressed text: up to 4x more
+    assert not text.kept_in_store("parquet", 65 * 2**20, store)
+    assert not text.kept_in_store("text", 1, 0)  # no object store reported: stream
+
+
 @pytest.mark.cluster
 def test_ray_data_reads_each_format_into_rows_of_real_tokens(shared_slice, tmp_path):
     docs = text.shipped_documents()
@@ -84,3 +93,9 @@ def test_ray_data_reads_each_format_into_rows_of_real_tokens(shared_slice, tmp_p
     assert np.array_equal(got[".jsonl"][: len(expected)], expected[: len(got[".jsonl"])])
     assert tok.decode(got[".jsonl"][0].tolist()).startswith(docs[0][:20])
     assert len(got[".txt"]) > 0.9 * len(got[".jsonl"])  # the same text, one document per line
+    # The shipped corpus is small: tokenized once and kept, not re-read every epoch; a corpus
+    # streamed instead (too large to keep) gives the same rows.
+    kept = text.text_dataset(str(text.CORPUS), str(text.TOKENIZER), seq_len)
+    streamed = text.text_dataset(str(text.CORPUS), str(text.TOKENIZER), seq_len, keep=False)
+    assert type(kept).__name__ == "MaterializedDataset" and type(streamed).__name__ == "Dataset"
+    assert np.array_equal(np.concatenate([b["tokens"] for b in streamed.iter_batches(batch_format="numpy")]), got[".jsonl"])
