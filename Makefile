@@ -57,8 +57,10 @@ lint: setup ## ruff (lint + format check) and mypy on infra/ and jobs/ (config: 
 
 # A Ray driver whose raylet or GCS dies (or that trips one of Ray's own checks) exits at once with
 # status 1 and no traceback, so pytest prints no summary: on any failure, print what Ray's
-# processes logged before they died (scripts/ray_crash_report.py).
-PYTEST = began=$$(date +%s); $(PY) -m pytest $(1) || { status=$$?; $(PY) scripts/ray_crash_report.py $$began; exit $$status; }
+# processes logged before they died (scripts/ray_crash_report.py). PYTHONFAULTHANDLER: a crash after
+# pytest's summary (at interpreter exit, where pytest's own faulthandler is off) still prints every
+# thread's Python stack.
+PYTEST = began=$$(date +%s); PYTHONFAULTHANDLER=1 $(PY) -m pytest $(1) || { status=$$?; $(PY) scripts/ray_crash_report.py $$began; exit $$status; }
 
 test: setup serve-setup lint ## lint, then every test but the slow ones (about 12 minutes on 2 cores)
 	$(call PYTEST,-m "not slow")

@@ -46,6 +46,12 @@ def ray_tmp():
         "RAY_TMPDIR": tmp,
         "RAY_USAGE_STATS_ENABLED": "0",
         "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",  # nodes stop at once (no Serve to drain)
+        # This process connects and disconnects (`ray.init`/`ray.shutdown`) dozens of times. With
+        # Ray 2.60's OpenTelemetry metrics each connection leaves an exporter thread behind (measured:
+        # +1 thread per cycle, still exporting to a dead agent), and a CI run at 014f36f passed every
+        # test, then segfaulted at exit (make Error 139). Tests read no metrics; the OpenCensus path
+        # leaks none (thread count flat).
+        "RAY_enable_open_telemetry": "0",
     }
     try:
         with patched_environ({**settings, **{var: "" for var in AUTH_VARS}}):
