@@ -48,9 +48,9 @@ def ray_tmp():
         "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",  # nodes stop at once (no Serve to drain)
         # This process connects and disconnects (`ray.init`/`ray.shutdown`) dozens of times. With
         # Ray 2.60's OpenTelemetry metrics each connection leaves an exporter thread behind (measured:
-        # +1 thread per cycle, still exporting to a dead agent), and a CI run at 014f36f passed every
-        # test, then segfaulted at exit (make Error 139). Tests read no metrics; the OpenCensus path
-        # leaks none (thread count flat).
+        # +1 thread per cycle, still exporting to a dead agent): the likely cause of a CI run at
+        # 014f36f that passed every test, then segfaulted at exit (make Error 139; the segfault did
+        # not reproduce in isolation). Tests read no metrics; with this off the count stays flat.
         "RAY_enable_open_telemetry": "0",
     }
     try:
