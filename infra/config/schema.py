@@ -1,96 +1,36 @@
-"""The environment config: one validated YAML file per environment drives the node pools, the
-RayCluster and the jobs' defaults, so they cannot disagree.
-
-Validation happens before anything is built or written. A bad file raises `ConfigError`, whose
-message has one line per bad field, each naming the field and what would be valid.
-"""
+"""The environment config's schema: pydantic models whose validators refuse, field by field, what
+the platform or the catalog does not offer. Loading (YAML -> `Environment`) is `infra.config`;
+the platform's rules over a whole environment are `infra.config.platform`."""
 
 from __future__ import annotations
 
 import re
-import types
 import typing
 from functools import cached_property
 from ipaddress import IPv4Network
-from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
-import yaml
-from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    NonNegativeInt,
-    PositiveInt,
-    ValidationError,
-    ValidationInfo,
-    field_validator,
-    model_validator,
-)
+from pydantic import Field, NonNegativeInt, PositiveInt, ValidationInfo, field_validator, model_validator
 
 from infra import catalog, rules
-
-ENVIRONMENTS_DIR = Path(__file__).parent / "environments"
-
-# GKE node pool and Kubernetes names: lowercase DNS labels. Node pool names are suffixed with the
-# slice index ("-0"), so groups stay short enough for GKE's 40-character limit.
-_NAME = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
-_PROJECT = r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$"
-_BUCKET = r"^[a-z0-9][-_.a-z0-9]{1,61}[a-z0-9]$"
-_QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?$"
-_ZONE = r"^[a-z]+-[a-z]+[0-9]+-[a-z0-9]+$"  # us-east5-b, and AI zones such as us-central1-ai1a
-_GKE_VERSION = r"^1\.[0-9]+(\.[0-9]+(-gke\.[0-9]+)?)?$"
-_LABEL_KEY = r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
-_LABEL_VALUE = r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$"
-
-_PATTERN_HELP = {
-    _NAME: "lowercase letters, digits and hyphens, starting with a letter",
-    _PROJECT: "a GCP project id (6-30 lowercase letters, digits and hyphens)",
-    _BUCKET: "a GCS bucket name (3-63 lowercase letters, digits, '-', '_' and '.')",
-    _QUANTITY: "a Kubernetes quantity such as 24, 500m, 200G or 16Gi",
-    _ZONE: "a zone such as us-east5-b",
-    _GKE_VERSION: "a GKE version such as 1.35 or 1.34.0-gke.2201000",
-    _LABEL_KEY: "a Kubernetes label key such as app or example.com/role",
-    _LABEL_VALUE: "a Kubernetes label value (at most 63 letters, digits, '-', '_' and '.')",
-}
-
-Name = Annotated[str, Field(pattern=_NAME, max_length=30)]
+from infra.config.errors import ConfigError
+from infra.config.fields import (
+    _BUCKET,
+    _GKE_VERSION,
+    _NAME,
+    _PROJECT,
+    Cidr,
+    Image,
+    LabelKey,
+    LabelValue,
+    Name,
+    Quantity,
+    Strict,
+    Zone,
+)
 
 
-def _cidr_text(value: Any) -> Any:
-    # ipaddress would take an int (or a bool) as an address: a CIDR must be written as one.
-    if not isinstance(value, (str, IPv4Network)):
-        raise ValueError(f"{value!r} is not a CIDR range; write it like 10.10.0.0/20")
-    if isinstance(value, str):
-        try:
-            return IPv4Network(value)
-        except ValueError as err:  # pydantic's own message says neither why nor what would do
-            raise ValueError(f"{value!r} is not a CIDR range ({err}); write it like 10.10.0.0/20") from None
-    return value
-
-
-Cidr = Annotated[IPv4Network, BeforeValidator(_cidr_text)]
-Quantity = Annotated[str, Field(pattern=_QUANTITY)]
-Zone = Annotated[str, Field(pattern=_ZONE)]
-
-
-class ConfigError(ValueError):
-    """An invalid environment config. `str()` is the whole user-facing message."""
-
-    def __init__(self, source: str, problems: list[str]):
-        self.source = source
-        self.problems = problems
-        lines = "\n".join(f"  - {p}" for p in problems)
-        super().__init__(f"{source} is not a valid environment config:\n{lines}")
-
-
-class _Strict(BaseModel):
-    # Unknown keys are errors: a typo must not silently fall back to a default.
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Reservation(_Strict):
+class Reservation(Strict):
     """Consume a specific Compute Engine reservation."""
 
     reservation: Annotated[str, Field(min_length=1, pattern=_NAME)]
@@ -104,13 +44,13 @@ Capacity = CapacityKind | Reservation
 FLEX_CAPACITY = ("flex-start",)
 
 
-class Autoscaling(_Strict):
+class Autoscaling(Strict):
     """Slices of a group scale between `min_slices` and the group's `slices`, whole slices at a time."""
 
     min_slices: NonNegativeInt = 0
 
 
-class SliceGroup(_Strict):
+class SliceGroup(Strict):
     """`slices` identical TPU slices. Each multi-host slice is its own node pool."""
 
     name: Name
@@ -211,7 +151,7 @@ class SliceGroup(_Strict):
         return self.pod_cpu or cpu, self.pod_memory or memory
 
 
-class Network(_Strict):
+class Network(Strict):
     subnet_cidr: Cidr = IPv4Network("10.10.0.0/20")
     pods_cidr: Cidr = IPv4Network("10.16.0.0/14")
     services_cidr: Cidr = IPv4Network("10.20.0.0/20")
@@ -246,7 +186,7 @@ class Network(_Strict):
         return self
 
 
-class CpuPool(_Strict):
+class CpuPool(Strict):
     """The pool that runs the Ray head and system pods."""
 
     machine_type: str = "e2-standard-8"
@@ -261,20 +201,15 @@ class CpuPool(_Strict):
         return self
 
 
-class RayHead(_Strict):
+class RayHead(Strict):
     cpu: Quantity = "4"
     memory: Quantity = "16Gi"
 
 
-Image = Annotated[str, Field(min_length=1)]
 TPU_PYTHON = "py312"  # Ironwood's jax[tpu] needs Python >= 3.12; every Ray node runs one Python
 
 
-LabelKey = Annotated[str, Field(pattern=_LABEL_KEY)]
-LabelValue = Annotated[str, Field(pattern=_LABEL_VALUE)]
-
-
-class Peer(_Strict):
+class Peer(Strict):
     """Pods let in: every pod of `namespace`, the pods of the Ray namespace with `pod_labels`, or the
     pods with `pod_labels` in `namespace`."""
 
@@ -288,7 +223,7 @@ class Peer(_Strict):
         return self
 
 
-class RayAccess(_Strict):
+class RayAccess(Strict):
     """Who may reach the Ray clusters (infra.manifests.network_policy, README "Access")."""
 
     # `token`: Ray token authentication, the token in a Secret the KubeRay operator creates.
@@ -303,7 +238,7 @@ class RayAccess(_Strict):
     operator_namespace: Name | None = None
 
 
-class RayConfig(_Strict):
+class RayConfig(Strict):
     version: Annotated[str, Field(pattern=r"^2\.\d+\.\d+$")] = "2.60.0"
     # The head's image (CPU only).
     image: Image = "rayproject/ray:2.60.0-py312"
@@ -343,7 +278,7 @@ class RayConfig(_Strict):
         return self.tpu_images.get(generation) or f"rayproject/ray:{self.version}-{TPU_PYTHON}-tpu"
 
 
-class BucketConfig(_Strict):
+class BucketConfig(Strict):
     """The GCS bucket for checkpoints and data. The name defaults to `<project>-<cluster>-ray`."""
 
     name: Annotated[str, Field(pattern=_BUCKET)] | None = None
@@ -351,7 +286,7 @@ class BucketConfig(_Strict):
     force_destroy: bool = False
 
 
-class Serving(_Strict):
+class Serving(Strict):
     """An LLM served with Ray Serve LLM (vLLM) on one slice group, as a KubeRay RayService."""
 
     # A `gs://` path in the environment's bucket (mounted with GCS FUSE) or a Hugging Face model id.
@@ -379,7 +314,7 @@ class Serving(_Strict):
         return self.model[5:].split("/", 1)[0] if self.model.startswith("gs://") else None
 
 
-class Environment(_Strict):
+class Environment(Strict):
     name: Name
     project: Annotated[str, Field(pattern=_PROJECT)]
     region: Annotated[str, Field(pattern=r"^[a-z]+-[a-z]+[0-9]+$")]
@@ -456,6 +391,8 @@ class Environment(_Strict):
     @cached_property
     def platform_findings(self) -> tuple[list[str], list[str]]:
         """(errors, warnings) of the platform rules, computed once per environment."""
+        from infra.config.platform import platform_problems
+
         return platform_problems(self)
 
     @property
@@ -472,156 +409,3 @@ class Environment(_Strict):
             if group.name == name:
                 return group
         raise ConfigError(f"environment {self.name!r}", [f"no slice group {name!r}; valid: {', '.join(g.name for g in self.slice_groups)}"])
-
-
-# --- loading --------------------------------------------------------------------------------------
-
-
-def environment_names() -> list[str]:
-    return sorted(p.stem for p in ENVIRONMENTS_DIR.glob("*.yaml"))
-
-
-def environment_path(env: str | Path) -> Path:
-    """An environment by name (`dev` -> infra/environments/dev.yaml) or by path."""
-    path = Path(env)
-    if path.suffix in (".yaml", ".yml"):
-        if not path.is_file():
-            raise ConfigError(str(path), ["file not found"])
-        return path
-    candidate = ENVIRONMENTS_DIR / f"{env}.yaml"
-    if not candidate.is_file():
-        raise ConfigError(
-            f"environment {str(env)!r}",
-            [f"unknown environment; valid environments: {', '.join(environment_names()) or '(none)'}, or a path to a .yaml file"],
-        )
-    return candidate
-
-
-def load_environment(env: str | Path) -> Environment:
-    path = environment_path(env)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as err:
-        raise ConfigError(str(path), [f"not UTF-8 text: byte {err.object[err.start]:#04x} at offset {err.start} ({err.reason})"]) from None
-    except OSError as err:
-        raise ConfigError(str(path), [f"cannot read the file: {err.strerror or err}"]) from None
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ConfigError(str(path), [f"not valid YAML{where}: {getattr(err, 'problem', err)}"]) from None
-    if not isinstance(data, dict):
-        raise ConfigError(str(path), ["expected a mapping of fields at the top level"])
-    data.setdefault("name", path.stem)
-    return parse_environment(data, source=str(path))
-
-
-def parse_environment(data: dict[str, Any], source: str = "config") -> Environment:
-    try:
-        env = Environment.model_validate(data)
-    except ValidationError as err:
-        raise ConfigError(source, _problems(err)) from None
-    errors, _ = env.platform_findings
-    if errors:
-        raise ConfigError(source, errors)
-    return env
-
-
-def platform_problems(env: Environment) -> tuple[list[str], list[str]]:
-    """(errors, warnings) from the platform rules (infra.rules), one line each, naming the field."""
-    errors: list[str] = []
-    warnings: list[str] = []
-    for i, group in enumerate(env.slice_groups):
-        at = f"slice_groups[{i}]"
-        zone_field = f"{at}.zone" if group.zone else "zone"
-        zone = env.group_zone(group)
-        if env.mode == "standard":
-            if problem := rules.zone_in_cluster(env.cluster_type, env.zone, env.region, zone):
-                errors.append(f"{zone_field}: {problem}")
-        elif not zone.startswith(env.region + "-"):
-            errors.append(f"{zone_field}: zone {zone} is not in region {env.region}")
-        if problem := rules.capacity_offered(group.generation, group.capacity_kind):
-            errors.append(f"{at}.capacity: {problem}")
-        elif problem := rules.zone_offers(group.generation, zone, group.capacity_kind):
-            if group.unlisted_zone_ok:
-                warnings.append(f"{zone_field}: {problem}; accepted because {at}.unlisted_zone_ok is true")
-            else:
-                errors.append(f"{zone_field}: {problem}; if Google has added it since, set {at}.unlisted_zone_ok: true")
-        if problem := rules.ray_knows(group.generation, group.topology):
-            warnings.append(f"{at}.topology: {problem}")
-        cpu, memory = group.requests
-        for field, problem in rules.requests_fit(group.shape.machine_type, cpu, memory).items():
-            errors.append(f"{at}.{field}: {problem}")
-    features = rules.required_versions(env.mode, {g.generation for g in env.slice_groups}, {g.capacity_kind for g in env.slice_groups})
-    if problem := rules.version_covers(env.gke_min_version, features):
-        errors.append(f"gke_min_version: {problem}")
-    workers = {g.generation: env.ray.worker_image(g.generation) for g in env.slice_groups}
-    for problem in rules.images_agree(env.ray.image, workers):
-        errors.append(f"ray: {problem}")
-    if env.serving is not None and env.serving.slice_group in {g.name for g in env.slice_groups}:
-        group = env.slice_group(env.serving.slice_group)
-        if problem := rules.serving_budget(group.name, group.slices, env.serving.replicas):
-            errors.append(f"serving.replicas: {problem}")
-    return errors, warnings
-
-
-def _problems(err: ValidationError) -> list[str]:
-    problems: list[str] = []
-    for e in err.errors():
-        loc = _dotted(e["loc"])
-        if e["type"] == "extra_forbidden":
-            valid = _valid_fields(e["loc"][:-1])
-            msg = f"unknown field; valid fields here: {', '.join(valid)}" if valid else "unknown field"
-        elif e["type"] == "missing":
-            msg = "required field is missing"
-        else:
-            msg = re.sub(r"^(Value error|Assertion failed), ", "", e["msg"])
-            if e["type"] == "string_pattern_mismatch":
-                pattern = e.get("ctx", {}).get("pattern", "")
-                msg = f"{e['input']!r} is not valid: expected {_PATTERN_HELP.get(pattern, f'text matching {pattern}')}"
-        line = f"{loc}: {msg}" if loc else msg
-        problems.append(line.replace("\r", "\\r").replace("\n", "\\n"))  # one line per problem
-    # A union (capacity) reports every branch; keep one line per field.
-    return list(dict.fromkeys(problems))
-
-
-def _dotted(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif not re.fullmatch(r"[A-Za-z0-9_-]+", str(part)):
-            out += f"[{str(part)!r}]"  # a key with spaces or control characters, shown as typed
-        else:
-            out += f".{part}" if out else str(part)
-    return out
-
-
-def _valid_fields(loc: tuple[Any, ...]) -> list[str]:
-    """The field names of the model at `loc`, for "unknown field" messages."""
-    model: Any = Environment
-    for part in loc:
-        if isinstance(part, int):
-            continue
-        field = model.model_fields.get(part) if isinstance(model, type) and issubclass(model, BaseModel) else None
-        if field is None:
-            if isinstance(model, type) and issubclass(model, BaseModel):
-                continue
-            return []
-        model = _model_in(field.annotation)
-        if model is None:
-            return []
-    if isinstance(model, type) and issubclass(model, BaseModel):
-        return [n for n in model.model_fields]
-    return []
-
-
-def _model_in(annotation: Any) -> type[BaseModel] | None:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    origin = typing.get_origin(annotation)
-    if origin in (Union, types.UnionType, list, Annotated):
-        for arg in typing.get_args(annotation):
-            found = _model_in(arg)
-            if found:
-                return found
-    return None
