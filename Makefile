@@ -21,6 +21,7 @@ unexport TF_CLI_CONFIG_FILE
 SETUP_STAMPS := $(VENV)/.installed .venv-checkov/.installed node_modules/.installed
 
 .PHONY: serve-setup serve-demo serve-smoke serve-deploy
+.PHONY: images
 .PHONY: help setup lint demo test test-fast test-slow test-all synth plan deploy deploy-ci destroy manifests show checkov bench clean \
 	credentials apply-manifests submit smoke doctor state-bucket
 
@@ -50,10 +51,11 @@ serve-setup: ## create .venv-serve (Ray Serve LLM + vLLM on CPU, ~4 GB; idempote
 demo: setup ## bring up a simulated v6e 4x4 slice, run healthcheck + train through the Ray Jobs API, tear down
 	$(PY) -m jobs.demo
 
-lint: setup ## ruff (lint + format check) and mypy on infra/ and jobs/ (config: pyproject.toml)
+lint: setup ## ruff (lint + format check), mypy on infra/ and jobs/ (config: pyproject.toml), hadolint on the Dockerfiles
 	$(VENV)/bin/ruff check infra jobs tests bench scripts
 	$(VENV)/bin/ruff format --check infra jobs tests bench scripts
 	$(VENV)/bin/mypy
+	$(VENV)/bin/hadolint images/tpu.Dockerfile images/serve.Dockerfile ci/builder.Dockerfile
 
 # A Ray driver whose raylet or GCS dies (or that trips one of Ray's own checks) exits at once with
 # status 1 and no traceback, so pytest prints no summary: on any failure, print what Ray's
@@ -94,23 +96,36 @@ destroy: setup ## cdktf destroy the ENV stack
 manifests: setup ## print the ENV manifests: RayCluster, RayService, NetworkPolicies (pipe them to kubectl apply -f -)
 	@$(PY) -m infra manifests --env $(ENV)
 
-state-bucket: setup ## create ENV's GCS bucket for Terraform state if missing (once, before the first deploy)
+state-bucket: setup ## create ENV's image repository (Artifact Registry) and Terraform state bucket if missing (once, before the first build and deploy)
 	$(PY) -m infra bootstrap --env $(ENV) | bash
+
+# The project's images (images/*.Dockerfile): built FROM Ray's, pushed to the ray-tpu-gke Artifact
+# Registry repository, their digests written to build/images/{tpu,serve}.ref. Needs docker and
+# `gcloud auth configure-docker`. TPU_IMAGE / SERVE_IMAGE (name@sha256:...) then take the place of
+# the config's images in apply-manifests, submit and smoke.
+IMAGE_TAG ?= dev
+REGISTRY ?=
+TPU_IMAGE ?=
+SERVE_IMAGE ?=
+TPU_IMAGE_ARG = $(if $(TPU_IMAGE),--tpu-image $(TPU_IMAGE))
+IMAGE_ARGS = $(TPU_IMAGE_ARG) $(if $(SERVE_IMAGE),--serve-image $(SERVE_IMAGE))
+images: setup ## build and push ENV's TPU and serving images (docker; IMAGE_TAG, REGISTRY); their digests go to build/images/
+	$(PY) -m infra images --env $(ENV) --tag $(IMAGE_TAG) $(if $(REGISTRY),--registry $(REGISTRY)) | bash
 
 credentials: setup ## kubectl credentials for the ENV cluster (gcloud get-credentials)
 	@$(PY) -m jobs.submit --env $(ENV) --print-credentials-command | bash
 
-apply-manifests: credentials ## kubectl apply the ENV ServiceAccount, RayCluster, RayService and NetworkPolicies
-	$(PY) -m infra manifests --env $(ENV) | kubectl apply -f -
+apply-manifests: credentials ## kubectl apply the ENV ServiceAccount, RayCluster, RayService and NetworkPolicies (TPU_IMAGE, SERVE_IMAGE)
+	$(PY) -m infra manifests --env $(ENV) $(IMAGE_ARGS) | kubectl apply -f -
 
 JOB ?= healthcheck
 ARGS ?=
 SMOKE_TIMEOUT ?= 1800
 submit: setup ## submit JOB (healthcheck, train) to ENV's RayCluster, or RAY_ADDRESS; ARGS="..." go to the job
-	$(PY) -m jobs.submit $(JOB) --env $(ENV) -- $(ARGS)
+	$(PY) -m jobs.submit $(JOB) --env $(ENV) $(TPU_IMAGE_ARG) -- $(ARGS)
 
 smoke: setup ## healthcheck on the deployed ENV cluster: fails unless the slice is whole
-	$(PY) -m jobs.submit healthcheck --env $(ENV) --timeout $(SMOKE_TIMEOUT)
+	$(PY) -m jobs.submit healthcheck --env $(ENV) --timeout $(SMOKE_TIMEOUT) $(TPU_IMAGE_ARG)
 
 doctor: setup ## compare the live ENV cluster and node pools with the config
 	$(PY) -m infra.doctor --env $(ENV)
@@ -125,10 +140,10 @@ serve-smoke: setup serve-setup ## query ENV's deployed RayService (OpenAI API) t
 
 serve-deploy: credentials ## upload infra/ and jobs/ to ENV's bucket, then apply the manifests (incl. the RayService)
 	$(PY) -m jobs.serve --env $(ENV) --print-code-sync | bash
-	$(PY) -m infra manifests --env $(ENV) | kubectl apply -f -
+	$(PY) -m infra manifests --env $(ENV) $(IMAGE_ARGS) | kubectl apply -f -
 
 show: setup ## summarise what ENV declares
-	@$(PY) -m infra show --env $(ENV)
+	@$(PY) -m infra show --env $(ENV) $(IMAGE_ARGS)
 
 checkov: synth ## checkov on every synthesized stack (justified skips: infra/checkov_scan.py)
 	$(PY) -m infra.checkov_scan $(CDKTF_OUT) $(CHECKOV)

@@ -3,7 +3,11 @@
 python -m infra manifests --env dev     print the ServiceAccount, RayCluster, RayService and NetworkPolicies (kubectl apply -f -)
 python -m infra show --env dev          what the environment declares, shape by shape
 python -m infra envs                    list the environments
-python -m infra bootstrap --env dev     print the commands that create the Terraform state bucket (once)
+python -m infra bootstrap --env dev     print the commands that create the Terraform state bucket and the image repository (once)
+python -m infra images --env dev        print the script that builds and pushes the TPU and serving images (`make images`)
+
+`manifests` and `show` take `--tpu-image REF` and `--serve-image REF`: the images a build produced
+(Cloud Build's images stage), in place of the config's `ray.tpu_images` and `serving.image`.
 """
 
 from __future__ import annotations
@@ -14,12 +18,14 @@ from typing import TYPE_CHECKING
 
 import yaml
 
+from infra import images
 from infra.catalog import CatalogError
-from infra.config import ConfigError, Peer, environment_names, load_environment
+from infra.config import ConfigError, Environment, Peer, environment_names, load_environment
 from infra.manifests.raycluster import cluster_slices, manifests
 from infra.names import auth_secret_name
 from infra.node_pools import tpu_pool_plans
 from infra.platform_facts import KUBERAY_AUTH
+from infra.serving import ray_serve_base
 
 if TYPE_CHECKING:
     _BaseDumper = yaml.SafeDumper
@@ -42,9 +48,8 @@ def _block_strings(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
 _PlainDumper.add_representer(str, _block_strings)
 
 
-def _show(env_name: str) -> str:
+def _show(env: Environment) -> str:
     """One screen for a reviewer: the plan's size per slice group, its pools, and its risks."""
-    env = load_environment(env_name)
     kind = f"{env.cluster_type} {env.mode}" if env.mode == "standard" else env.mode
     lines = [
         f"environment {env.name}: stack {env.stack_name}, {kind} cluster {env.cluster_name} in {env.location} "
@@ -55,6 +60,10 @@ def _show(env_name: str) -> str:
     for group in env.slice_groups:
         shape, n = group.shape, group.slices
         cpu, memory = group.requests
+        image = env.ray.worker_image(group.generation)
+        carries = (
+            "carries the jobs' requirements" if images.is_project_tpu_image(image) else "jobs pip-install theirs at start; `make images`"
+        )
         ours = cluster_slices(env, group)
         split = f"{ours} for the RayCluster" + (f", {n - ours} for the RayService" if ours != n else "")
         lines.append(
@@ -64,7 +73,7 @@ def _show(env_name: str) -> str:
         lines.append(
             f"    {n * shape.chips} chips on {n * shape.hosts} hosts, {n * shape.peak_bf16_flops / 1e15:.1f} PFLOP/s "
             f"peak bf16, {n * shape.hbm_bytes / 2**30:,.0f} GiB HBM; each pod requests cpu {cpu}, memory {memory}, "
-            f"{shape.chips_per_host} TPU chips; image {env.ray.worker_image(group.generation)}"
+            f"{shape.chips_per_host} TPU chips; image {image} ({carries})"
         )
         total_chips += n * shape.chips
         total_flops += n * shape.peak_bf16_flops
@@ -93,17 +102,33 @@ def _show(env_name: str) -> str:
 
 
 def _bootstrap(env_name: str) -> str:
-    """The one step before the first `cdktf deploy` with GCS state: the state bucket (idempotent)."""
+    """The one step before the first build and `cdktf deploy`: the Artifact Registry repository that
+    Cloud Build's first step pushes to, and the Terraform state bucket (both idempotent). Not in the
+    stack: they must exist before any Terraform runs (the state lives in one, the builder in the other)."""
     env = load_environment(env_name)
+    repository = images.repository_command(env.project, env.region)
     if not env.state_bucket:
-        return f"# {env.name} keeps Terraform state locally: nothing to create\n"
+        return repository + f"# {env.name} keeps Terraform state locally: no state bucket to create\n"
     b, p = f"gs://{env.state_bucket}", env.project
-    return (
+    return repository + (
         f"gcloud storage buckets describe {b} --project {p} >/dev/null 2>&1 || "
         f"gcloud storage buckets create {b} --project {p} --location {env.region} "
         f"--uniform-bucket-level-access --public-access-prevention\n"
         f"gcloud storage buckets update {b} --versioning\n"
     )
+
+
+def _images(env: Environment, tag: str, registry: str | None) -> str:
+    """The build script for the environment's TPU and serving images (infra.images.build_script)."""
+    bases = {env.ray.worker_image(g.generation) for g in env.slice_groups}
+    tpu_bases = sorted(b for b in bases if not images.is_project_tpu_image(b)) or [env.ray.default_worker_image]
+    if len(tpu_bases) > 1:
+        raise ConfigError(
+            f"environment {env.name!r}",
+            [f"ray.tpu_images: one TPU image serves every generation, but the config names {', '.join(tpu_bases)}; use one base"],
+        )
+    reg = registry or images.registry(env.project, env.region)
+    return images.build_script(images.project_builds(reg, tpu_bases[0], ray_serve_base(env), tag))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,16 +137,23 @@ def main(argv: list[str] | None = None) -> int:
     for name, help_ in (
         ("manifests", "print the Kubernetes manifests"),
         ("show", "summarise an environment"),
-        ("bootstrap", "print the commands that create the state bucket"),
+        ("bootstrap", "print the commands that create the image repository and the state bucket"),
+        ("images", "print the script that builds and pushes the TPU and serving images"),
     ):
         p = sub.add_parser(name, help=help_)
         p.add_argument("--env", default="dev", help=f"environment name ({', '.join(environment_names())}) or a .yaml path")
+        if name in ("manifests", "show"):
+            p.add_argument("--tpu-image", metavar="REF", help="the TPU workers' image (every generation), e.g. the build's name@sha256:...")
+            p.add_argument("--serve-image", metavar="REF", help="the serving image (serving.image)")
+        if name == "images":
+            p.add_argument("--tag", default="dev", help="the images' tag (Cloud Build passes its BUILD_ID)")
+            p.add_argument("--registry", help="push here instead of <location>-docker.pkg.dev/<project>/ray-tpu-gke")
     sub.add_parser("envs", help="list the environments")
     args = parser.parse_args(argv)
     try:
         if args.command == "manifests":
             # Build everything before printing anything: a bad config leaves stdout empty.
-            env = load_environment(args.env)
+            env = load_environment(args.env, tpu_image=args.tpu_image, serve_image=args.serve_image)
             docs = manifests(env)
             if env.serving is not None:
                 from infra.manifests.network_policy import network_policy
@@ -133,7 +165,9 @@ def main(argv: list[str] | None = None) -> int:
             for warning in env.warnings:
                 print(f"warning: {warning}", file=sys.stderr)
         elif args.command == "show":
-            out = _show(args.env) + "\n"
+            out = _show(load_environment(args.env, tpu_image=args.tpu_image, serve_image=args.serve_image)) + "\n"
+        elif args.command == "images":
+            out = _images(load_environment(args.env), args.tag, args.registry)
         elif args.command == "bootstrap":
             out = _bootstrap(args.env)
         else:

@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import Decimal
 
-from infra.catalog import GB, GiB
+from infra.catalog import GiB
 
 READ_ON = "2026-12-03"
+READ_AGAIN = "2026-12-04"  # the second fidelity pass (issue 21): memory units, TPU7x flex-start, zones, reservations
 MiB = 2**20
 
 
@@ -40,6 +41,34 @@ ALLOCATABLE_PAGE = Source(
     "https://cloud.google.com/kubernetes-engine/docs/concepts/plan-node-sizes#memory_and_cpu_reservations",
 )
 IRONWOOD_PAGE = Source('GKE "About Ironwood (TPU7x) in GKE"', "https://cloud.google.com/kubernetes-engine/docs/concepts/tpu-ironwood")
+TPU7X_FLEX_START_EXAMPLE = Source(
+    "cluster-toolkit examples/gke-consumption-options/dws-flex-start/gke-tpu-7x/ (GoogleCloudPlatform/cluster-toolkit@1047080: "
+    "tpu7x-standard-4t 2x2x2, enable_flex_start, auto_repair false, `# example: us-central1-c`; xpk "
+    "docs/usage/tpu7x/recipes/flex_filestore_recipe.md uses us-central1-c with --flex too)",
+    "https://github.com/GoogleCloudPlatform/cluster-toolkit/tree/1047080/examples/gke-consumption-options/dws-flex-start/gke-tpu-7x",
+    READ_AGAIN,
+)
+NODE_LOCATIONS = Source(
+    'terraform-provider-google resource_container_node_pool.go `node_locations` ("Nodes must be in the region of their regional '
+    'cluster or in the same region as their cluster\'s zone for zonal clusters"); provider docs: a "multi-zonal" cluster is a '
+    "zonal cluster with at least one additional zone",
+    "https://registry.terraform.io/providers/hashicorp/google/6.50.0/docs/resources/container_node_pool#node_locations-1",
+    READ_AGAIN,
+)
+SHARED_RESERVATIONS = Source(
+    'Compute Engine ReservationAffinity.values ("projects/different-project/reservations/some-reservation-name" for a '
+    'shared reservation); Cloud TPU "Consume a reservation"; xpk src/xpk/core/reservation.py (reservationBlocks, '
+    "reservationSubBlocks); reservation names are RFC 1035 labels of 1-63 characters",
+    "https://cloud.google.com/compute/docs/reference/rest/v1/instances#ReservationAffinity",
+    READ_AGAIN,
+)
+NODE_CAPACITY = Source(
+    "2i2c-org/infrastructure deployer/commands/generate/resource_allocation/instance_capacities.yaml (kubelet capacity "
+    "measured on GKE nodes: n1-standard-2 7.276 of 7.5 GiB, n2-highmem-4 31.357 of 32, n2-highmem-64 503.89 of 512; "
+    "allocatable = capacity - GKE's reservation of the capacity)",
+    "https://github.com/2i2c-org/infrastructure/blob/main/deployer/commands/generate/resource_allocation/instance_capacities.yaml",
+    READ_AGAIN,
+)
 
 
 @dataclass(frozen=True)
@@ -56,11 +85,13 @@ class TpuZones:
 # Cloud TPU "TPU regions and zones" (North America rows in full; Europe and Asia rows as far as the
 # page could be read) and GKE's flex-start page ("TPU Trillium (v6e) in asia-northeast1-b,
 # us-east5-a, us-east5-b; TPU v5e in us-west4-a; TPU v5p in us-east5-a. TPU v3 and v4 are not
-# supported."). TPU7x is not in GKE's flex-start list as read.
+# supported."). TPU7x is not in GKE's flex-start page as read, but Google's own cluster-toolkit
+# ships a TPU7x flex-start blueprint (TPU7X_FLEX_START_EXAMPLE, example zone us-central1-c), and
+# xpk's TPU7x flex recipe uses the same zone: the blueprint wins over the page's older list.
 TPU_ZONES: dict[str, TpuZones] = {
     z.generation: z
     for z in (
-        TpuZones("tpu7x", ("us-central1-ai1a", "us-central1-c"), flex_start=()),
+        TpuZones("tpu7x", ("us-central1-ai1a", "us-central1-c"), flex_start=("us-central1-c",)),
         TpuZones(
             "v6e",
             ("asia-northeast1-b", "europe-west4-a", "us-central1-b", "us-east1-d", "us-east5-a", "us-east5-b", "us-south1-ai1b"),
@@ -73,13 +104,21 @@ TPU_ZONES: dict[str, TpuZones] = {
 }
 
 
+# What the kubelet reports as a node's memory capacity, at least, as a share of the machine type's
+# memory: the kernel and firmware keep the rest. Measured on GKE (NODE_CAPACITY): 3.0% short on an
+# n1-standard-2, 1.6-2.0% on n2-highmem-4 to -64; no TPU node's figure is published, so the worst
+# measured shortfall is assumed.
+NODE_CAPACITY_SHARE = Decimal("0.97")
+
+
 @dataclass(frozen=True)
 class MachineSize:
-    """A TPU VM's size as Compute Engine reports it (memory in GB, 10^9 bytes)."""
+    """A TPU VM's size as Compute Engine reports it: memory in GiB (gcloud's MEMORY_GB column is
+    memoryMb / 1024: an e2-standard-8 shows 32.00)."""
 
     machine_type: str
     vcpus: int
-    memory_gb: int
+    memory_gib: int
 
     @property
     def allocatable_cpu(self) -> Decimal:
@@ -93,11 +132,16 @@ class MachineSize:
         return total - reserved
 
     @property
+    def capacity_memory(self) -> int:
+        """Bytes the kubelet reports as the node's memory capacity (NODE_CAPACITY_SHARE of the machine's)."""
+        return int(Decimal(self.memory_gib * GiB) * NODE_CAPACITY_SHARE)
+
+    @property
     def allocatable_memory(self) -> int:
-        """Bytes left for pods after GKE's memory reservation (25% of the first 4 GiB, 20% of the
-        next 4, 10% of the next 8, 6% of the next 112, 2% above 128 GiB) and the 100 MiB eviction
-        threshold."""
-        total = Decimal(self.memory_gb * GB)
+        """Bytes left for pods: GKE's memory reservation (25% of the first 4 GiB, 20% of the next 4,
+        10% of the next 8, 6% of the next 112, 2% above 128 GiB) and the 100 MiB eviction threshold,
+        both taken from the kubelet's capacity (the formula's input, ALLOCATABLE_PAGE)."""
+        total = Decimal(self.capacity_memory)
         reserved = Decimal(0)
         for low, high, share in ((0, 4, "0.25"), (4, 8, "0.20"), (8, 16, "0.10"), (16, 128, "0.06"), (128, None, "0.02")):
             upper = total if high is None else min(total, Decimal(high * GiB))
@@ -105,7 +149,7 @@ class MachineSize:
         return int(total - reserved - 100 * MiB)
 
 
-# Source: MACHINE_TYPES. ct4p-hightpu-4t and tpu7x-standard-1t come only from a
+# Source: MACHINE_TYPES (memory in GiB, as gcloud's MEMORY_GB column). ct4p-hightpu-4t and tpu7x-standard-1t come only from a
 # `gcloud compute machine-types list` dump (Cyclenerd/google-cloud-pricing-cost-calculator
 # tools/machinetypes.csv); the rest also from Cloud TPU's per-generation pages.
 MACHINES: dict[str, MachineSize] = {

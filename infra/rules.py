@@ -18,6 +18,9 @@ from infra.platform_facts import (
     MACHINE_TYPES,
     MACHINES,
     MIN_VERSIONS,
+    NODE_CAPACITY,
+    NODE_CAPACITY_SHARE,
+    NODE_LOCATIONS,
     RAY_TPU_TOPOLOGIES,
     RAY_VERSION_READ,
     TPU_ZONES,
@@ -67,16 +70,21 @@ def ray_knows(generation: str, topology: str) -> str | None:
     )
 
 
-def zone_in_cluster(cluster_type: str, cluster_zone: str, region: str, zone: str) -> str | None:
-    """A zonal cluster's nodes live in its zone; a regional cluster's in its region's zones."""
-    if cluster_type == "zonal" and zone != cluster_zone:
-        return (
-            f"zone {zone} is outside the zonal cluster's zone {cluster_zone}: use {cluster_zone}, or set "
-            f"cluster_type: regional so each slice group can name a zone of {region}"
-        )
+def zone_in_cluster(region: str, zone: str) -> str | None:
+    """A cluster's node pools live in its region: a regional cluster's in any of its zones, and a
+    zonal one's too (a "multi-zonal" cluster: pools in other zones of the cluster's region)."""
     if not zone.startswith(region + "-"):
-        return f"zone {zone} is not in region {region}: use a zone of {region}"
+        return f"zone {zone} is not in region {region}: node pools must be in the cluster's region (source: {NODE_LOCATIONS.cite()})"
     return None
+
+
+def unlisted_reserved_zone(generation: str, zone: str) -> str:
+    """A reservation exists where Google made it: a zone missing from the public list is a warning."""
+    return (
+        f"zone {zone} is not in Google's public list for {generation} ({', '.join(TPU_ZONES[generation].zones)}; source: "
+        f"{TPU_ZONES_PAGE.cite()}); accepted because the capacity is a reservation, which Google also makes in zones "
+        f"that list omits (the reservation itself decides: a pool in the wrong zone fails to create)"
+    )
 
 
 def requests_fit(machine_type: str, cpu: str, memory: str) -> dict[str, str]:
@@ -84,6 +92,7 @@ def requests_fit(machine_type: str, cpu: str, memory: str) -> dict[str, str]:
     {field: problem} for `pod_cpu` and `pod_memory`; empty when both fit."""
     machine = MACHINES[machine_type]
     sources = f"sources: {ALLOCATABLE_PAGE.cite()}; {MACHINE_TYPES.cite()}"
+    memory_sources = f"{sources}; {NODE_CAPACITY.cite()}"
     problems = {}
     if quantity.parse(cpu) > machine.allocatable_cpu:
         problems["pod_cpu"] = (
@@ -94,8 +103,9 @@ def requests_fit(machine_type: str, cpu: str, memory: str) -> dict[str, str]:
     if quantity.parse(memory) > machine.allocatable_memory:
         problems["pod_memory"] = (
             f"pod_memory {memory} is more than a {machine_type} node can give a pod "
-            f"({machine.allocatable_memory / 2**30:.1f}Gi of its {machine.memory_gb} GB are allocatable); "
-            f"use at most {quantity.memory(machine.allocatable_memory)} ({sources})"
+            f"({machine.allocatable_memory / 2**30:.1f}Gi of its {machine.memory_gib} GiB are allocatable, GKE's reservations "
+            f"taken from the kubelet's capacity, counted as {float(NODE_CAPACITY_SHARE):.0%} of the machine's); "
+            f"use at most {quantity.memory(machine.allocatable_memory)} ({memory_sources})"
         )
     return problems
 

@@ -163,13 +163,18 @@ def serve_image(env: Environment) -> str:
     """The image of the serving cluster: `serving.image` where the config has one, else Ray's own
     Python 3.12 image (vllm-tpu is cp312-only) with vllm-tpu installed by the runtime env."""
     explicit = getattr(env.serving, "image", None)
-    if explicit:
-        return explicit
+    return explicit or ray_serve_base(env)
+
+
+def ray_serve_base(env: Environment) -> str:
+    """Ray's own image the serving cluster runs without a serving image, and the one that image is
+    built FROM (images/serve.Dockerfile)."""
     return f"rayproject/ray:{env.ray.version}-{SERVE_PYTHON}"
 
 
 def serve_pip(env: Environment) -> list[str]:
-    """What the serving app's runtime env installs: vllm-tpu unless the image is the user's own."""
+    """What the serving app's runtime env installs: vllm-tpu unless the image is the user's own (the
+    project's serving image, images/serve.Dockerfile, carries it)."""
     return [] if getattr(env.serving, "image", None) else [VLLM_TPU_REQUIREMENT]
 
 

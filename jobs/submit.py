@@ -1,6 +1,6 @@
 """Submit a workload to a Ray cluster from a laptop or a Cloud Build stage.
 
-  python -m jobs.submit healthcheck --env dev [--address URL] [--timeout S] [--request-timeout S] [-- job args...]
+  python -m jobs.submit healthcheck --env dev [--address URL] [--timeout S] [--request-timeout S] [--tpu-image REF] [-- job args...]
 
 Without an address (`--address` or RAY_ADDRESS) it gets the environment's cluster credentials,
 port-forwards the RayCluster head's dashboard port (8265) to 127.0.0.1, submits through the Ray Jobs
@@ -27,11 +27,13 @@ import shlex
 import sys
 
 from infra.config import ConfigError, Environment, environment_names, load_environment
+from infra.images import is_project_tpu_image
 from infra.names import auth_secret_name, credentials_command
-from jobs.cli import JobArgumentParser, positive_seconds
+from jobs.cli import JobArgumentParser, SliceTarget, positive_seconds
 from jobs.client import tokens
 from jobs.client.jobs_api import CONNECT_S, READ_S, TERMINAL, NotAuthorized, SubmitError, submit
 from jobs.client.port_forward import port_forward
+from jobs.client.uploads import runtime_env
 from jobs.runtime.auth import use_token
 
 WORKLOADS = ("healthcheck", "train")
@@ -64,15 +66,22 @@ def token_hint(env: Environment, explicit_address: bool) -> str:
     )
 
 
-def check_job_args(job: str, argv: list[str]) -> tuple[str, ...]:
+def check_job_args(job: str, argv: list[str]) -> tuple[str, tuple[str, ...]]:
     """Parse the job's arguments here, as the job will on the cluster, so a bad flag fails now (exit 2,
-    one paragraph naming it) rather than minutes later on the cluster; the job's own pip
-    requirements (its module's REQUIREMENTS)."""
+    one paragraph naming it) rather than minutes later on the cluster: (the TPU generation it runs
+    on, the job's own pip requirements, its module's REQUIREMENTS)."""
     import importlib
 
     module = importlib.import_module(f"jobs.{job}")
-    module.parse_args(argv)
-    return tuple(getattr(module, "REQUIREMENTS", ()))
+    parsed = module.parse_args(argv)
+    target = next(p for p in parsed if isinstance(p, SliceTarget))
+    return target.shape.generation.name, tuple(getattr(module, "REQUIREMENTS", ()))
+
+
+def job_requirements(env: Environment, generation: str, requirements: tuple[str, ...]) -> tuple[str, ...]:
+    """What the runtime env must pip-install for the job: nothing when its hosts run the project's
+    TPU image, which carries exactly the jobs' requirements (images/tpu.Dockerfile)."""
+    return () if is_project_tpu_image(env.ray.worker_image(generation)) else requirements
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -91,6 +100,12 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         help=f"seconds any one Jobs API request may wait for the dashboard (default {READ_S:g}; at most --timeout)",
     )
     parser.add_argument("--env-var", action="append", default=[], metavar="KEY=VALUE", help="extra runtime env variable")
+    parser.add_argument(
+        "--tpu-image",
+        metavar="REF",
+        help="the image the cluster's TPU hosts run, when not the config's (ray.tpu_images): the project's own "
+        "(images/tpu.Dockerfile) already carries the jobs' requirements, so the job installs none",
+    )
     parser.add_argument("--print-credentials-command", action="store_true", help="print the gcloud get-credentials command and exit")
     parser.add_argument(
         "--print-token-command",
@@ -109,7 +124,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = _parse(sys.argv[1:] if argv is None else argv)
     try:
-        env = load_environment(args.env)
+        env = load_environment(args.env, tpu_image=args.tpu_image)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -124,9 +139,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {which}; valid: {', '.join(WORKLOADS)}", file=sys.stderr)
         return 2
     job_argv = [*shape_args(env), *args.job_args]
-    requirements = check_job_args(args.job, job_argv)  # exits 2 on a bad flag, before any upload
+    generation, requirements = check_job_args(args.job, job_argv)  # exits 2 on a bad flag, before any upload
+    requirements = job_requirements(env, generation, requirements)
     entrypoint = shlex.join(["python", "-m", f"jobs.{args.job}", *job_argv])
     env_vars = dict(kv.split("=", 1) for kv in args.env_var)
+    pip = runtime_env(env, env_vars, requirements).get("pip", [])
+    image = env.ray.worker_image(generation)
+    print(f"image {image}; every host installs {' '.join(pip) if pip else 'nothing'} at the job's start", flush=True)
     try:
         with contextlib.nullcontext(args.address) if args.address else port_forward(env) as address:
             if not args.address:  # the environment's own RayCluster: its token from its Secret

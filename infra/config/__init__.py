@@ -60,6 +60,7 @@ __all__ = [
     "load_environment",
     "parse_environment",
     "platform_problems",
+    "with_images",
 ]
 
 ENVIRONMENTS_DIR = Path(__file__).resolve().parent.parent / "environments"
@@ -85,7 +86,23 @@ def environment_path(env: str | Path) -> Path:
     return candidate
 
 
-def load_environment(env: str | Path) -> Environment:
+def with_images(data: dict[str, Any], tpu_image: str | None = None, serve_image: str | None = None) -> dict[str, Any]:
+    """The config with the images a build produced in place of its own: `tpu_image` for every slice
+    group's generation (`ray.tpu_images`), `serve_image` as `serving.image` (where there is a
+    serving section). Validated like the rest, so a bad reference names its field."""
+    out = dict(data)
+    if tpu_image is not None:
+        generations = [g.get("generation") for g in out.get("slice_groups") or [] if isinstance(g, dict)]
+        ray = dict(out.get("ray") or {})
+        ray["tpu_images"] = {**(ray.get("tpu_images") or {}), **{str(g): tpu_image for g in generations if g}}
+        out["ray"] = ray
+    if serve_image is not None and isinstance(out.get("serving"), dict):
+        out["serving"] = {**out["serving"], "image": serve_image}
+    return out
+
+
+def load_environment(env: str | Path, *, tpu_image: str | None = None, serve_image: str | None = None) -> Environment:
+    """An environment's validated config; `tpu_image` / `serve_image` override its images (with_images)."""
     path = environment_path(env)
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -100,7 +117,7 @@ def load_environment(env: str | Path) -> Environment:
     if not isinstance(data, dict):
         raise ConfigError(str(path), ["expected a mapping of fields at the top level"])
     data.setdefault("name", path.stem)
-    return parse_environment(data, source=str(path))
+    return parse_environment(with_images(data, tpu_image, serve_image), source=str(path))
 
 
 def parse_environment(data: dict[str, Any], source: str = "config") -> Environment:

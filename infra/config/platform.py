@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from infra import rules
+from infra import images, rules
 
 if TYPE_CHECKING:
     from infra.config import Environment
@@ -19,15 +19,14 @@ def platform_problems(env: Environment) -> tuple[list[str], list[str]]:
         at = f"slice_groups[{i}]"
         zone_field = f"{at}.zone" if group.zone else "zone"
         zone = env.group_zone(group)
-        if env.mode == "standard":
-            if problem := rules.zone_in_cluster(env.cluster_type, env.zone, env.region, zone):
-                errors.append(f"{zone_field}: {problem}")
-        elif not zone.startswith(env.region + "-"):
-            errors.append(f"{zone_field}: zone {zone} is not in region {env.region}")
+        if problem := rules.zone_in_cluster(env.region, zone):
+            errors.append(f"{zone_field}: {problem}")
         if problem := rules.capacity_offered(group.generation, group.capacity_kind):
             errors.append(f"{at}.capacity: {problem}")
         elif problem := rules.zone_offers(group.generation, zone, group.capacity_kind):
-            if group.unlisted_zone_ok:
+            if group.capacity_kind == "reservation":
+                warnings.append(f"{zone_field}: {rules.unlisted_reserved_zone(group.generation, zone)}")
+            elif group.unlisted_zone_ok:
                 warnings.append(f"{zone_field}: {problem}; accepted because {at}.unlisted_zone_ok is true")
             else:
                 errors.append(f"{zone_field}: {problem}; if Google has added it since, set {at}.unlisted_zone_ok: true")
@@ -40,6 +39,9 @@ def platform_problems(env: Environment) -> tuple[list[str], list[str]]:
     if problem := rules.version_covers(env.gke_min_version, features):
         errors.append(f"gke_min_version: {problem}")
     workers = {g.generation: env.ray.worker_image(g.generation) for g in env.slice_groups}
+    for field, image in (("ray.image", env.ray.image), *((f"ray.tpu_images.{g}", i) for g, i in workers.items())):
+        if problem := images.published(image):
+            errors.append(f"{field}: {problem}")
     for problem in rules.images_agree(env.ray.image, workers):
         errors.append(f"ray: {problem}")
     if env.serving is not None and env.serving.slice_group in {g.name for g in env.slice_groups}:

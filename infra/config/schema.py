@@ -17,7 +17,6 @@ from infra.config.errors import ConfigError
 from infra.config.fields import (
     _BUCKET,
     _GKE_VERSION,
-    _NAME,
     _PROJECT,
     Cidr,
     Image,
@@ -29,11 +28,43 @@ from infra.config.fields import (
     Zone,
 )
 
+# A reservation as Compute Engine's ReservationAffinity takes it: NAME in the cluster's project, or
+# projects/OWNER/reservations/NAME when it is shared from another project, optionally down to a
+# block (/reservationBlocks/BLOCK) and a sub-block (/reservationSubBlocks/SUB). Names are RFC 1035
+# labels of 1-63 characters (platform_facts.SHARED_RESERVATIONS).
+_RESERVATION_NAME = r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?"
+_RESERVATION = re.compile(
+    rf"^(?:projects/(?P<project>{_PROJECT[1:-1]})/reservations/)?(?P<name>{_RESERVATION_NAME})"
+    rf"(?:/reservationBlocks/(?P<block>{_RESERVATION_NAME})(?:/reservationSubBlocks/(?P<sub_block>{_RESERVATION_NAME}))?)?$"
+)
+RESERVATION_HELP = (
+    "NAME, projects/OWNER_PROJECT/reservations/NAME for one shared from another project, optionally followed by "
+    "/reservationBlocks/BLOCK[/reservationSubBlocks/SUB_BLOCK]; each name 1-63 lowercase letters, digits and hyphens, "
+    "starting with a letter"
+)
+
 
 class Reservation(Strict):
-    """Consume a specific Compute Engine reservation."""
+    """Consume a specific Compute Engine reservation (the node pools' reservation affinity value)."""
 
-    reservation: Annotated[str, Field(min_length=1, pattern=_NAME)]
+    reservation: Annotated[str, Field(min_length=1, pattern=_RESERVATION.pattern)]
+
+    def _part(self, name: str) -> str | None:
+        match = _RESERVATION.match(self.reservation)
+        return match[name] if match else None
+
+    @property
+    def name(self) -> str:
+        return self._part("name") or self.reservation
+
+    @property
+    def owner_project(self) -> str | None:
+        """The project that shares the reservation, or None for one in the cluster's own project."""
+        return self._part("project")
+
+    @property
+    def block(self) -> str | None:
+        return self._part("block")
 
 
 # `on-demand`: plain capacity; `spot`: preemptible; `flex-start`: Dynamic Workload Scheduler,
@@ -61,8 +92,8 @@ class SliceGroup(Strict):
     slices: PositiveInt = 1
     capacity: Capacity = "on-demand"
     autoscaling: Autoscaling | None = None
-    # The zone of the group's node pools; defaults to the environment's zone. A regional cluster's
-    # groups may each name a zone of the region that offers their generation.
+    # The zone of the group's node pools; defaults to the environment's zone. Any zone of the region
+    # that offers the generation, in a regional cluster and in a zonal one (a "multi-zonal" cluster).
     zone: Zone | None = None
     # Accept a zone that is not in Google's list as this repo last read it (a warning, not an error).
     unlisted_zone_ok: bool = False
@@ -102,8 +133,8 @@ class SliceGroup(Strict):
             name = str(value.get("reservation") or "").strip()
             if set(value) != {"reservation"} or not name:
                 raise ValueError(f"a reservation is written `capacity: {{reservation: NAME}}`; valid: {choices}")
-            if not re.match(_NAME, name):
-                raise ValueError(f"reservation name {name!r} must be lowercase letters, digits and hyphens")
+            if not _RESERVATION.match(name):
+                raise ValueError(f"reservation {name!r} is not a reservation reference: write {RESERVATION_HELP}")
             return Reservation(reservation=name)
         if isinstance(value, str) and value.startswith("reservation"):
             raise ValueError("a reservation needs its name: write `capacity: {reservation: NAME}`")
@@ -274,8 +305,13 @@ class RayConfig(Strict):
                 raise ValueError(f"{field} {image!r} does not match version {self.version}: use rayproject/ray:{self.version}-...")
         return self
 
+    @property
+    def default_worker_image(self) -> str:
+        """Ray's TPU image for this version: the base of the project's TPU image (infra.images)."""
+        return f"rayproject/ray:{self.version}-{TPU_PYTHON}-tpu"
+
     def worker_image(self, generation: str) -> str:
-        return self.tpu_images.get(generation) or f"rayproject/ray:{self.version}-{TPU_PYTHON}-tpu"
+        return self.tpu_images.get(generation) or self.default_worker_image
 
 
 class BucketConfig(Strict):
@@ -321,8 +357,9 @@ class Environment(Strict):
     zone: Zone
     cluster_name: Name
     mode: Literal["standard", "autopilot"] = "standard"
-    # Standard only: a zonal cluster (control plane and every pool in `zone`) or a regional one
-    # (control plane across the region; each slice group's pools in the group's own zone).
+    # Standard only: a zonal cluster (the control plane in `zone`) or a regional one (the control
+    # plane across the region). Either way each slice group's pools sit in the group's own zone of
+    # the region (platform_facts.NODE_LOCATIONS); regional adds a control plane that survives a zone.
     cluster_type: Literal["zonal", "regional"] = "zonal"
     release_channel: Literal["RAPID", "REGULAR", "STABLE", "EXTENDED"] = "REGULAR"
     # The oldest GKE version the cluster may start on (`min_master_version`); required where a

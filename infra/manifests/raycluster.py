@@ -173,8 +173,14 @@ def tpu_node_selector(env: Environment, group: SliceGroup) -> dict[str, str]:
     if group.capacity == "spot":
         selector["cloud.google.com/gke-spot"] = "true"
     elif isinstance(group.capacity, Reservation):
-        selector["cloud.google.com/reservation-name"] = group.capacity.reservation
+        # A shared reservation names its owner project, a block its block (label values cannot
+        # hold the `projects/.../reservations/...` path the node pools take).
+        selector["cloud.google.com/reservation-name"] = group.capacity.name
         selector["cloud.google.com/reservation-affinity"] = "specific"
+        if group.capacity.owner_project:
+            selector["cloud.google.com/reservation-project"] = group.capacity.owner_project
+        if group.capacity.block:
+            selector["cloud.google.com/reservation-blocks"] = group.capacity.block
     elif group.capacity == "flex-start":
         selector["cloud.google.com/gke-flex-start"] = "true"
     return selector

@@ -1,5 +1,6 @@
 """The test session's one cdktf synth: `make synth` (the real cdktf CLI), every shipped environment
-plus the sweep's (tests/infra/sweep.py: every shape x capacity x fixed/autoscaled), in one app.
+plus the sweep's (tests/infra/sweep.py: every shape x capacity x fixed/autoscaled) and the team
+configs beside them, in one app.
 
 Importing the provider bindings costs ~20 s and ~0.5 GB, so it happens once, in the CLI's child
 process; the tests read the synthesized `cdk.tf.json` files and use cdktf's own matchers on them.
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from infra.config import Environment, environment_names, load_environment
-from tests.infra.sweep import write_sweep
+from tests.infra.sweep import write_sweep, write_team
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO.parent / "shared"
@@ -74,32 +75,42 @@ def sweep_paths(tmp_path_factory) -> list[Path]:
 
 
 @pytest.fixture(scope="session")
-def synth_outdir(tmp_path_factory, sweep_paths) -> Path:
+def team_paths(tmp_path_factory) -> list[Path]:
+    return write_team(tmp_path_factory.mktemp("team"))
+
+
+@pytest.fixture(scope="session")
+def synth_outdir(tmp_path_factory, sweep_paths, team_paths) -> Path:
     outdir = tmp_path_factory.mktemp("cdktf-out")
-    envs = ",".join([*environment_names(), *map(str, sweep_paths)])
+    envs = ",".join([*environment_names(), *map(str, sweep_paths), *map(str, team_paths)])
     proc = run_cdktf_synth(outdir, {"RAY_TPU_ENVS": envs})
     assert proc.returncode == 0, f"cdktf synth failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
     return outdir
 
 
+def synthesized(outdir: Path, envs: list[str] | list[Path]) -> dict[str, Synthesized]:
+    """{environment name: its synthesized stack} for environments by name or path."""
+    out = {}
+    for name in envs:
+        env = load_environment(name)
+        path = outdir / "stacks" / env.stack_name / "cdk.tf.json"
+        out[env.name] = Synthesized(env, path.read_text(), path)
+    return out
+
+
 @pytest.fixture(scope="session")
 def sweep_stacks(synth_outdir, sweep_paths) -> dict[str, Synthesized]:
-    out = {}
-    for path in sweep_paths:
-        env = load_environment(path)
-        stack = synth_outdir / "stacks" / env.stack_name / "cdk.tf.json"
-        out[env.name] = Synthesized(env, stack.read_text(), stack)
-    return out
+    return synthesized(synth_outdir, sweep_paths)
+
+
+@pytest.fixture(scope="session")
+def team_stacks(synth_outdir, team_paths) -> dict[str, Synthesized]:
+    return synthesized(synth_outdir, team_paths)
 
 
 @pytest.fixture(scope="session")
 def stacks(synth_outdir) -> dict[str, Synthesized]:
-    out = {}
-    for name in environment_names():
-        env = load_environment(name)
-        path = synth_outdir / "stacks" / env.stack_name / "cdk.tf.json"
-        out[name] = Synthesized(env, path.read_text(), path)
-    return out
+    return synthesized(synth_outdir, environment_names())
 
 
 @pytest.fixture(scope="session")

@@ -77,7 +77,9 @@ def _tpu_pool(env: Environment, plan: TpuPoolPlan) -> dict:
         extra["placementPolicy"] = {"type": "COMPACT", "tpuTopology": plan.shape.topology}
     elif plan.placement == "workload-policy":
         policy = f"projects/{env.project}/regions/{env.region}/resourcePolicies/{env.cluster_name}-tpu7x-{plan.shape.topology}"
-        extra["placementPolicy"] = {"type": "COMPACT", "policyName": policy}
+        # GKE stores a workload policy with the topology filled in and no type (vllm-project/ci-infra
+        # PR #547 read a live TPU7x pool back so).
+        extra["placementPolicy"] = {"policyName": policy, "tpuTopology": plan.shape.topology}
     autoscaling = (
         {"enabled": True, "minNodeCount": plan.min_nodes, "maxNodeCount": plan.max_nodes, "locationPolicy": "ANY"}
         if plan.autoscaled

@@ -3,6 +3,9 @@ allows for its generation x a fixed and an autoscaled group, one environment per
 capacity), each in a zone that offers it. They are synthesized with the shipped environments in the
 session's one cdktf synth (conftest.py) and checked by test_sweep.py against the synthesized JSON
 and the printed manifests.
+
+Beside them, `team_environments`: configs a team would write that an earlier reading of the
+platform refused (issue 21), synthesized in the same synth and checked by test_team_configs.py.
 """
 
 from __future__ import annotations
@@ -59,11 +62,73 @@ def sweep_environments() -> dict[str, dict]:
     return out
 
 
-def write_sweep(directory: Path) -> list[Path]:
+def write_environments(directory: Path, environments: dict[str, dict]) -> list[Path]:
+    """Each environment as `<directory>/<name>.yaml`, as a user would write it."""
     directory.mkdir(parents=True, exist_ok=True)
     paths = []
-    for name, data in sweep_environments().items():
+    for name, data in environments.items():
         path = directory / f"{name}.yaml"
         path.write_text(yaml.safe_dump(data, sort_keys=False))
         paths.append(path)
     return paths
+
+
+def write_sweep(directory: Path) -> list[Path]:
+    return write_environments(directory, sweep_environments())
+
+
+def _team(name: str, region: str, zone: str, groups: list[dict], **extra) -> dict:
+    return {
+        "name": name,
+        "project": "my-gcp-project",
+        "region": region,
+        "zone": zone,
+        "cluster_name": name,
+        "gke_min_version": "1.35",
+        "slice_groups": groups,
+        **extra,
+    }
+
+
+# A pod memory request the older reading refused (machine memory taken as 10^9 bytes, allocatable
+# 650.3 GiB on a ct6e-standard-4t) and the corrected one accepts (GiB, the kubelet's capacity at 97%:
+# 677.6 GiB allocatable).
+BIG_POD_MEMORY = "670Gi"
+SHARED_RESERVATION = "projects/owner-project/reservations/ironwood-res/reservationBlocks/block-1"
+
+
+def team_environments() -> dict[str, dict]:
+    """{file stem: config data}: TPU7x on flex-start, a reservation shared from another project (on
+    Standard and on Autopilot), a zonal cluster with a pool in a sibling zone, a v5p reservation in
+    a zone Google's public list omits, and pods asking for nearly all of a node's memory."""
+    v6e = {"generation": "v6e", "topology": "4x4"}
+    ironwood = {"generation": "tpu7x", "topology": "2x2x2"}
+    envs = [
+        _team("team-tpu7x-flex", "us-central1", "us-central1-c", [{"name": "ironwood", **ironwood, "capacity": "flex-start"}]),
+        _team(
+            "team-shared-res",
+            "us-central1",
+            "us-central1-c",
+            [{"name": "ironwood", **ironwood, "capacity": {"reservation": SHARED_RESERVATION}}],
+        ),
+        _team(
+            "team-shared-res-ap",
+            "us-east5",
+            "us-east5-b",
+            [{"name": "trillium", **v6e, "capacity": {"reservation": "projects/owner-project/reservations/trillium-res"}}],
+            mode="autopilot",
+        ),
+        _team("team-zonal-sibling", "us-east5", "us-east5-b", [{"name": "trillium", **v6e, "zone": "us-east5-a"}]),
+        _team(
+            "team-v5p-reserved",
+            "us-east5",
+            "us-east5-b",
+            [{"name": "v5p", "generation": "v5p", "topology": "2x2x2", "capacity": {"reservation": "v5p-res"}}],
+        ),
+        _team("team-big-pods", "us-east5", "us-east5-b", [{"name": "trillium", **v6e, "pod_cpu": "160", "pod_memory": BIG_POD_MEMORY}]),
+    ]
+    return {e["name"]: e for e in envs}
+
+
+def write_team(directory: Path) -> list[Path]:
+    return write_environments(directory, team_environments())

@@ -98,13 +98,13 @@ def test_autopilot_pods_carry_the_whole_request():
 
 def test_default_requests_fit_every_machine():
     # Derived from the machine's allocatable (GKE "Plan node sizes"), so v5e's small hosts fit too.
-    # By hand: ct5lp-hightpu-4t has 192 GB = 178.81 GiB; GKE keeps 1 + 0.8 + 0.8 + 6.72 + 2% of 50.81
-    # = 10.34 GiB and 100 MiB for eviction: 168.38 GiB allocatable, 90% = 151.5 -> 151Gi; CPU 112 -
-    # 0.35 = 111.65, 90% -> 100. ct5lp-hightpu-1t: 48 GB = 44.70 GiB - 4.32 - 0.10 = 40.29, 90% -> 36Gi;
-    # 23.87 cores, 90% -> 21. (The old default, 24 CPU / 200G, fit neither.)
+    # By hand: ct5lp-hightpu-4t has 192 GiB, the kubelet reports 97% = 186.24 GiB; GKE keeps 1 + 0.8 +
+    # 0.8 + 6.72 + 2% of 58.24 = 10.48 GiB and 100 MiB for eviction: 175.66 GiB allocatable, 90% =
+    # 158.1 -> 158Gi; CPU 112 - 0.35 = 111.65, 90% -> 100. ct5lp-hightpu-1t: 48 GiB -> 46.56 - 4.43 -
+    # 0.10 = 42.03, 90% -> 37Gi; 23.87 cores, 90% -> 21. (The old default, 24 CPU / 200G, fit neither.)
     for gen, topology, machine, cpu, memory in [
-        ("v5e", "1x1", "ct5lp-hightpu-1t", "21", "36Gi"),
-        ("v5e", "4x4", "ct5lp-hightpu-4t", "100", "151Gi"),
+        ("v5e", "1x1", "ct5lp-hightpu-1t", "21", "37Gi"),
+        ("v5e", "4x4", "ct5lp-hightpu-4t", "100", "158Gi"),
     ]:
         data = {
             "name": "t",

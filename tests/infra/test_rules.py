@@ -35,21 +35,24 @@ def test_flex_start_has_its_own_shorter_zone_list():
     assert rules.capacity_offered("v4", "spot") is None and rules.capacity_offered("v6e", "flex-start") is None
 
 
-def test_a_zonal_cluster_keeps_every_pool_in_its_zone():
-    assert rules.zone_in_cluster("zonal", "us-east5-b", "us-east5", "us-east5-b") is None
-    assert rules.zone_in_cluster("regional", "us-central1-b", "us-central1", "us-central1-c") is None
-    assert "set cluster_type: regional" in rules.zone_in_cluster("zonal", "us-central1-b", "us-central1", "us-central1-c")
-    assert "not in region us-central1" in rules.zone_in_cluster("regional", "us-central1-b", "us-central1", "us-east5-b")
+def test_a_clusters_pools_stay_in_its_region():
+    # provider node_locations: "in the region of their regional cluster or in the same region as their
+    # cluster's zone for zonal clusters": a zonal cluster's pool may sit in a sibling zone.
+    assert rules.zone_in_cluster("us-east5", "us-east5-b") is None
+    assert rules.zone_in_cluster("us-central1", "us-central1-c") is None
+    problem = rules.zone_in_cluster("us-central1", "us-east5-b")
+    assert problem and "not in region us-central1" in problem and "node_locations" in problem
 
 
 # GKE "Plan node sizes" (memory and CPU reservations): 25% of the first 4 GiB, 20% of the next 4, 10%
-# of the next 8, 6% of the next 112, 2% above 128 GiB, plus 100 MiB for eviction; CPU 6% of the first
+# of the next 8, 6% of the next 112, 2% above 128 GiB, plus 100 MiB for eviction, of the kubelet's
+# capacity (counted as 97% of the machine's: platform_facts.NODE_CAPACITY); CPU 6% of the first
 # core, 1% of the next, 0.5% of the next 2, 0.25% above 4. Machine sizes: Cloud TPU "TPU v5e" VM
-# types (ct5lp-hightpu-1t 24 vCPU / 48 GB, -4t 112 / 192 GB).
+# types (ct5lp-hightpu-1t 24 vCPU / 48 GiB, -4t 112 / 192 GiB; gcloud's MEMORY_GB column is GiB).
 def test_allocatable_follows_gkes_reservation_tiers():
     small = MACHINES["ct5lp-hightpu-1t"]
     assert float(small.allocatable_cpu) == pytest.approx(24 - (0.06 + 0.01 + 0.01 + 0.0025 * 20))
-    gib = 48e9 / 2**30
+    gib = 48 * 0.97
     reserved = 1 + 0.8 + 0.8 + 0.06 * (gib - 16)
     assert small.allocatable_memory / 2**30 == pytest.approx(gib - reserved - 100 / 1024, rel=1e-6)
 
@@ -60,8 +63,9 @@ def test_pod_requests_must_fit_the_machine():
     problems = rules.requests_fit("ct5lp-hightpu-1t", "24", "200G")
     assert set(problems) == {"pod_cpu", "pod_memory"}
     assert "pod_cpu 24 is more than a ct5lp-hightpu-1t node" in problems["pod_cpu"]
-    assert "use at most 40Gi" in problems["pod_memory"] and "plan-node-sizes" in problems["pod_memory"]
-    assert set(rules.requests_fit("ct5lp-hightpu-4t", "24", "200G")) == {"pod_memory"}  # 192 GB of memory
+    assert "use at most 42Gi" in problems["pod_memory"] and "plan-node-sizes" in problems["pod_memory"]
+    assert "instance_capacities" in problems["pod_memory"]  # the kubelet capacity's source
+    assert set(rules.requests_fit("ct5lp-hightpu-4t", "24", "200G")) == {"pod_memory"}  # 175.7Gi allocatable
 
 
 def test_default_requests_always_fit():
@@ -139,8 +143,8 @@ def test_config_errors_name_the_field_and_the_valid_choices():
     (line,) = problems(region="us-central1", zone="us-central1-c")
     assert line.startswith("zone: zone us-central1-c does not offer v6e; zones that do:")
     assert line.endswith("set slice_groups[0].unlisted_zone_ok: true")
-    (line,) = problems(group={"zone": "us-east5-a"})
-    assert line.startswith("slice_groups[0].zone: zone us-east5-a is outside the zonal cluster's zone us-east5-b")
+    (line,) = problems(group={"zone": "us-central1-b"})
+    assert line.startswith("slice_groups[0].zone: zone us-central1-b is not in region us-east5")
     lines = problems(
         group={"generation": "v5e", "topology": "1x1", "pod_cpu": "24", "pod_memory": "200G"}, region="us-west4", zone="us-west4-a"
     )

@@ -58,7 +58,7 @@ def test_the_sweep_covers_every_shape_and_capacity(sweep_paths):
         shapes = {(s.topology, s.chips_per_host) for s in catalog.shapes(gen)}
         for kind in ("on-demand", "spot", "reservation"):
             assert covered[(gen.name, kind)] == {(t, c, a) for t, c in shapes for a in (False, True)}, (gen.name, kind)
-        if gen.name in ("v6e", "v5e", "v5p"):  # GKE's flex-start generations
+        if gen.name in ("v6e", "v5e", "v5p", "tpu7x"):  # GKE's flex-start generations (TPU7x: cluster-toolkit's blueprint)
             assert covered[(gen.name, "flex-start")] == {(t, c, True) for t, c in shapes}
 
 
@@ -100,6 +100,7 @@ def test_every_synthesized_pool_obeys_the_rules(sweep_stacks, sweep_paths):
                 assert placement is None, where
             elif s.generation.name == "tpu7x":
                 assert placement["policy_name"].startswith("${google_compute_resource_policy.") and "tpu_topology" not in placement, where
+                assert placement["type"] == "", where  # a workload policy alone (tpu_node_pools.py says why)
             else:
                 assert placement == {"type": "COMPACT", "tpu_topology": s.topology}, where
             assert config.get("disk_type") == BOOT_DISK_TYPES.get(s.generation.name), where

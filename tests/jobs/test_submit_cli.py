@@ -95,3 +95,17 @@ def test_the_jobs_own_arguments_are_checked_before_anything_is_submitted():
         assert "Traceback" not in proc.stderr and "no Ray dashboard" not in proc.stderr
     missing = run("--address", "http://127.0.0.1:9")
     assert missing.returncode == 2 and "error: no job given; valid: healthcheck, train" in missing.stderr
+
+
+def test_with_the_projects_tpu_image_a_train_job_installs_nothing():
+    # What jobs.submit says it submits, before it connects (nothing listens at port 9): with Ray's
+    # TPU image every host pip-installs the jobs' requirements; with the project's TPU image, which
+    # carries them (images/tpu.Dockerfile), nothing.
+    from jobs import train
+
+    ours = "us-docker.pkg.dev/my-gcp-project/ray-tpu-gke/ray-tpu@sha256:" + "ab" * 32
+    plain = run("train", "--env", "dev", "--address", "http://127.0.0.1:9", "--", "--steps", "1")
+    with_image = run("train", "--env", "dev", "--address", "http://127.0.0.1:9", "--tpu-image", ours, "--", "--steps", "1")
+    assert plain.returncode == with_image.returncode == 2  # nothing answers there
+    assert f"every host installs {' '.join(train.REQUIREMENTS)} at the job's start" in plain.stdout
+    assert f"image {ours}; every host installs nothing at the job's start" in with_image.stdout

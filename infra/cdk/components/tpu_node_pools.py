@@ -1,8 +1,14 @@
 """TPU slice node pools, from `infra.node_pools.tpu_pool_plans`.
 
 Multi-host pools are placed COMPACT with `tpu_topology`, except TPU7x (Ironwood), whose multi-host
-pools name a workload policy (a compute resource policy of type HIGH_THROUGHPUT with the
-accelerator topology) instead. Capacity maps to spot VMs, reservation affinity or flex-start. Each
+pools name only a workload policy (a compute resource policy of type HIGH_THROUGHPUT with the
+accelerator topology): GKE's Ironwood page applies it with `--placement-policy` alone ("This policy
+replaces the --tpu-topology flag"), and xpk (nodepool.py @367c838) passes neither
+`--placement-type=COMPACT` ("mutually exclusive with workload policy") nor `--tpu-topology`. The
+provider (6.50.0 resource_container_node_pool.go) requires `type` but accepts "", which it leaves
+out of the request, and reads `type`, `policy_name` and `tpu_topology` back verbatim; GKE stores the
+policy with the topology filled in and no type, so the pool ignores changes to `tpu_topology`
+(not ForceNew: an in-place diff that would never go away) and states `type` as GKE returns it. Capacity maps to spot VMs, reservation affinity or flex-start. Each
 pool lives in its group's zone; fixed pools set only `node_count`, autoscaled ones
 `initial_node_count` plus autoscaling (infra.node_pools says why).
 """
@@ -11,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from cdktf import TerraformResourceLifecycle
 from cdktf_cdktf_provider_google.compute_resource_policy import (
     ComputeResourcePolicy,
     ComputeResourcePolicyWorkloadPolicy,
@@ -29,6 +36,9 @@ from infra.config import Environment
 from infra.names import SLICE_GROUP_LABEL
 from infra.node_pools import TpuPoolPlan, tpu_pool_plans
 from infra.platform_facts import BOOT_DISK_TYPES
+
+# What GKE fills in on a TPU7x pool's placement policy and the provider then reads back.
+WORKLOAD_POLICY_FILLED_IN = ["placement_policy[0].tpu_topology"]
 
 
 def capacity_settings(plan: TpuPoolPlan) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -86,6 +96,9 @@ class TpuSlicePools(Construct):
                     labels={SLICE_GROUP_LABEL: plan.group},
                     **node_fields,
                 ),
+                lifecycle=TerraformResourceLifecycle(ignore_changes=WORKLOAD_POLICY_FILLED_IN)
+                if plan.placement == "workload-policy"
+                else None,
                 **pool_fields,
             )
 
@@ -93,7 +106,7 @@ class TpuSlicePools(Construct):
         if plan.placement == "tpu-topology":
             return ContainerNodePoolPlacementPolicy(type="COMPACT", tpu_topology=plan.shape.topology)
         if plan.placement == "workload-policy":
-            return ContainerNodePoolPlacementPolicy(type="COMPACT", policy_name=self._workload_policy(env, plan).name)
+            return ContainerNodePoolPlacementPolicy(type="", policy_name=self._workload_policy(env, plan).name)
         return None
 
     def _workload_policy(self, env: Environment, plan: TpuPoolPlan) -> ComputeResourcePolicy:
