@@ -21,7 +21,7 @@ unexport TF_CLI_CONFIG_FILE
 SETUP_STAMPS := $(VENV)/.installed .venv-checkov/.installed node_modules/.installed
 
 .PHONY: serve-setup serve-demo serve-smoke serve-deploy
-.PHONY: images
+.PHONY: images rayjob kueue
 .PHONY: help setup lint demo test test-fast test-slow test-all synth plan deploy deploy-ci destroy manifests show checkov bench clean \
 	credentials apply-manifests submit smoke doctor state-bucket
 
@@ -121,8 +121,19 @@ apply-manifests: credentials ## kubectl apply the ENV ServiceAccount, RayCluster
 JOB ?= healthcheck
 ARGS ?=
 SMOKE_TIMEOUT ?= 1800
+SUBMIT_TIMEOUT ?= 3600
 submit: setup ## submit JOB (healthcheck, train) to ENV's RayCluster, or RAY_ADDRESS; ARGS="..." go to the job
 	$(PY) -m jobs.submit $(JOB) --env $(ENV) $(TPU_IMAGE_ARG) -- $(ARGS)
+
+rayjob: credentials ## run JOB as a RayJob of its own on ENV (queued by Kueue where the config has it): apply, follow, exit with the job's status; ARGS go to the job
+	$(PY) -m jobs.submit $(JOB) --env $(ENV) $(TPU_IMAGE_ARG) --rayjob --timeout $(SUBMIT_TIMEOUT) -- $(ARGS)
+
+# Kueue is not a GKE add-on: installed once per cluster from its pinned release (server-side apply:
+# its CRDs are too large for the client-side annotation), then the environment's queues.
+KUEUE_VERSION := v0.19.2
+kueue: credentials ## install Kueue $(KUEUE_VERSION) on ENV's cluster and wait for its controller (once per cluster)
+	kubectl apply --server-side -f https://github.com/kubernetes-sigs/kueue/releases/download/$(KUEUE_VERSION)/manifests.yaml
+	kubectl wait deploy/kueue-controller-manager -n kueue-system --for=condition=available --timeout=5m
 
 smoke: setup ## healthcheck on the deployed ENV cluster: fails unless the slice is whole
 	$(PY) -m jobs.submit healthcheck --env $(ENV) --timeout $(SMOKE_TIMEOUT) $(TPU_IMAGE_ARG)

@@ -14,38 +14,17 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING
-
-import yaml
 
 from infra import images
 from infra.catalog import CatalogError
 from infra.config import ConfigError, Environment, Peer, environment_names, load_environment
+from infra.manifests import dump_all
+from infra.manifests.kueue import kueue_manifests
 from infra.manifests.raycluster import cluster_slices, manifests
 from infra.names import auth_secret_name
 from infra.node_pools import tpu_pool_plans
 from infra.platform_facts import KUBERAY_AUTH
 from infra.serving import ray_serve_base
-
-if TYPE_CHECKING:
-    _BaseDumper = yaml.SafeDumper
-else:  # libyaml's emitter where installed: ~10x faster, the same output
-    _BaseDumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-
-
-class _PlainDumper(_BaseDumper):
-    """No `&id001` anchors: kubectl users read these manifests."""
-
-    def ignore_aliases(self, data: object) -> bool:
-        return True
-
-
-def _block_strings(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
-    # Embedded YAML (the RayService's serveConfigV2) reads best as a literal block.
-    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style="|" if "\n" in text else None)
-
-
-_PlainDumper.add_representer(str, _block_strings)
 
 
 def _show(env: Environment) -> str:
@@ -65,7 +44,15 @@ def _show(env: Environment) -> str:
             "carries the jobs' requirements" if images.is_project_tpu_image(image) else "jobs pip-install theirs at start; `make images`"
         )
         ours = cluster_slices(env, group)
-        split = f"{ours} for the RayCluster" + (f", {n - ours} for the RayService" if ours != n else "")
+        serving = n - ours - group.rayjob_slices
+        split = f"{ours} for the RayCluster" + (f", {serving} for the RayService" if serving else "")
+        if group.rayjob_slices:
+            queue = (
+                f"queued by Kueue: LocalQueue {env.kueue.local_queue} -> ClusterQueue {env.cluster_queue_name}"
+                if env.kueue is not None
+                else "no Kueue: each waits for the pool"
+            )
+            split += f", {group.rayjob_slices} for RayJobs ({queue})"
         lines.append(
             f"  slice group {group.name}: {n} x {shape}, in {env.group_zone(group)}, capacity {group.capacity_kind}, "
             f"min {group.min_slices} slice(s); {split}"
@@ -161,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
 
                 docs.append(ray_service(env))
                 docs.append(network_policy(env, ray_service_name(env), serving=True))
-            out = yaml.dump_all(docs, Dumper=_PlainDumper, sort_keys=False)
+            docs.extend(kueue_manifests(env))
+            out = dump_all(docs)
             for warning in env.warnings:
                 print(f"warning: {warning}", file=sys.stderr)
         elif args.command == "show":

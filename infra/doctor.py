@@ -9,8 +9,9 @@ topology, size, capacity and status, and missing or extra pools. Prints a table.
   python -m infra.doctor --env dev                          the real GKE API, gcloud ADC credentials
   python -m infra.doctor --env dev --endpoint http://...    another endpoint (tests, emulators), no credentials
   python -m infra.doctor --env dev --ray-address ray://...  also: complete idle slices Ray sees per shape
-  python -m infra.doctor --env dev --kubectl                also: the cluster's KubeRay knows every field
-                                                            the manifests use (infra.kuberay_crd)
+  python -m infra.doctor --env dev --kubectl                also: the cluster's KubeRay (RayCluster and RayJob
+                                                            CRDs) and Kueue know every field the manifests
+                                                            use (infra.kuberay_crd)
 """
 
 from __future__ import annotations
@@ -151,10 +152,10 @@ def _live_capacity(pool: container_v1.NodePool) -> str:
         kinds.append("spot")
     if config.preemptible:
         kinds.append("preemptible")
-    if config.flex_start:
-        kinds.append("flex-start")
     if pool.queued_provisioning.enabled:
-        kinds.append("queued-provisioning")
+        kinds.append("queued-provisioning")  # flex-start capacity, provisioned for ProvisioningRequests only
+    elif config.flex_start:
+        kinds.append("flex-start")
     affinity = config.reservation_affinity
     if affinity.consume_reservation_type == container_v1.ReservationAffinity.Type.SPECIFIC_RESERVATION:
         kinds.append(f"reservation {','.join(affinity.values) or '(none)'}")
@@ -353,6 +354,8 @@ def main(argv: list[str] | None = None) -> int:
         with make_client(args.endpoint) as client:
             cluster, pools = fetch(env, client, args.timeout)
         crd = kuberay_crd.read_crd(args.timeout) if args.kubectl else None
+        others = {f.crd for f in kuberay_crd.required_fields(env)} if args.kubectl else set()
+        other_crds = {name: kuberay_crd.read_crd(args.timeout, name) for name in sorted(others)}
     except (ConfigError, CatalogError, DoctorError, kuberay_crd.CrdError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -364,6 +367,10 @@ def main(argv: list[str] | None = None) -> int:
         for c in kuberay_crd.check(env, crd):
             wanted = f"knows it (KubeRay >= {c.feature.since})"
             findings.append(_check(f"CRD {kuberay_crd.CRD}", c.feature.field, wanted, wanted if c.known else "unknown field"))
+        for field in kuberay_crd.required_fields(env):
+            wanted = f"knows it ({field.since})"
+            known = kuberay_crd.knows_field(other_crds[field.crd], field)
+            findings.append(_check(f"CRD {field.crd} {field.version}", field.field, wanted, wanted if known else "unknown field"))
     # A pipe or a test gets no terminal width; 80 columns would fold the table.
     console = Console() if sys.stdout.isatty() else Console(width=200)
     console.print(findings_table(env, findings))

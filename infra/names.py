@@ -7,6 +7,9 @@ from infra.config import Environment
 CPU_POOL_NAME = "cpu"
 # The node label on every TPU pool naming its slice group; worker pods select it.
 SLICE_GROUP_LABEL = "ray-tpu-gke/slice-group"
+# Nodes of queued-provisioning pools carry this label (and GKE's taint of the same key); the pods
+# meant for them select and tolerate it.
+QUEUED_LABEL = "cloud.google.com/gke-queued"
 # The pod label naming the Ray cluster (RayCluster or RayService) a pod belongs to; its
 # NetworkPolicy selects it. Ours, not KubeRay's `ray.io/cluster`: a RayService's RayCluster gets a
 # generated name.

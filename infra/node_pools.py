@@ -24,7 +24,7 @@ class TpuPoolPlan:
     autoscaled: bool
     min_nodes: int
     max_nodes: int
-    capacity: str  # on-demand | spot | flex-start | reservation
+    capacity: str  # on-demand | spot | flex-start | queued-provisioning | reservation
     reservation: str | None
     zone: str  # the pool's one node location
 
@@ -37,9 +37,10 @@ class TpuPoolPlan:
 
     @property
     def auto_repair(self) -> bool:
-        """Flex-start nodes are not repaired: xpk creates flex pools with --no-enable-autorepair and
-        cluster-toolkit refuses "enable_flex_start needs node auto_repair set to false"."""
-        return self.capacity != "flex-start"
+        """Flex-start nodes (queued provisioning's too) are not repaired: xpk creates flex pools with
+        --no-enable-autorepair and cluster-toolkit refuses "enable_flex_start needs node auto_repair
+        set to false"."""
+        return self.capacity not in ("flex-start", "queued-provisioning")
 
     @property
     def machine_type(self) -> str:

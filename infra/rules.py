@@ -25,21 +25,46 @@ from infra.platform_facts import (
     RAY_VERSION_READ,
     TPU_ZONES,
     TPU_ZONES_PAGE,
+    Source,
     version_key,
 )
 
-QUEUED_PROVISIONING = (
-    "queued-provisioning pools only scale up for ProvisioningRequests, which KubeRay worker groups "
-    'cannot create, and GKE taints them cloud.google.com/gke-queued (GKE "Run a large-scale workload '
-    'with flex-start with queued provisioning", https://cloud.google.com/kubernetes-engine/docs/how-to/'
-    "provisioningrequest): a Ray worker group would wait forever; use capacity: flex-start (the same "
-    "Dynamic Workload Scheduler capacity, provisioned when the pods ask)"
+QUEUED_PROVISIONING_PAGE = Source(
+    'GKE tutorial "Optimize AI training on TPUs with DWS and Kueue" (a RayJob on a v6e 4x4 pool made with '
+    "--enable-queued-provisioning --flex-start --reservation-affinity=none, min 0 nodes; ProvisioningRequestConfig "
+    "queued-provisioning.gke.io with managedResources [google.com/tpu]; last updated 2026-04-10); cluster-toolkit "
+    "examples/gke-consumption-options/dws-flex-start-queued-provisioning (gke-tpu-v6e.yaml, @1047080); GKE accepts one "
+    "PodSet per ProvisioningRequest (ray-project/ray#57839)",
+    "https://cloud.google.com/kubernetes-engine/docs/tutorials/ray-kueue-dws",
+    "2026-12-04",
 )
 
 
+def queued_provisioning(mode: str, kueue: bool, group: str, slices: int, rayjob_slices: int, serves: bool) -> str | None:
+    """Queued-provisioning pools scale up only for a ProvisioningRequest, which Kueue makes for a RayJob
+    it admits (a KubeRay RayCluster or RayService worker group cannot); GKE taints them
+    cloud.google.com/gke-queued. So: Standard, Kueue on, and every slice of the group left to RayJobs."""
+    if mode != "standard":
+        return f"queued-provisioning is for Standard node pools (--enable-queued-provisioning); on Autopilot use flex-start (source: {QUEUED_PROVISIONING_PAGE.cite()})"
+    if not kueue:
+        return (
+            "queued-provisioning pools scale up only for ProvisioningRequests, which Kueue makes for the RayJobs it "
+            "admits: add a `kueue:` section (and rayjob_slices), or use capacity: flex-start "
+            f"(source: {QUEUED_PROVISIONING_PAGE.cite()})"
+        )
+    if serves or rayjob_slices != slices:
+        return (
+            f"a queued-provisioning group's slices are provisioned only for RayJobs: set rayjob_slices to {slices} "
+            f"(now {rayjob_slices}) and serve from another group, so no RayCluster or RayService waits on a pool that "
+            f"never scales up for it (source: {QUEUED_PROVISIONING_PAGE.cite()})"
+        )
+    return None
+
+
 def capacity_offered(generation: str, capacity: str) -> str | None:
-    """Flex-start exists only for some generations (no zone can change that)."""
-    if capacity == "flex-start" and TPU_ZONES[generation].flex_start is None:
+    """Flex-start (and queued provisioning, the same capacity) exists only for some generations (no
+    zone can change that)."""
+    if capacity in ("flex-start", "queued-provisioning") and TPU_ZONES[generation].flex_start is None:
         return f"flex-start does not support {generation} TPUs (source: {FLEX_START_PAGE.cite()})"
     return None
 
@@ -49,7 +74,7 @@ def zone_offers(generation: str, zone: str, capacity: str) -> str | None:
     if problem := capacity_offered(generation, capacity):
         return problem
     facts = TPU_ZONES[generation]
-    if capacity == "flex-start" and facts.flex_start is not None:
+    if capacity in ("flex-start", "queued-provisioning") and facts.flex_start is not None:
         if zone not in facts.flex_start:
             listed = ", ".join(facts.flex_start) or "none"
             return f"zone {zone} does not offer {generation} on flex-start; zones that do: {listed} (source: {FLEX_START_PAGE.cite()})"
@@ -125,7 +150,7 @@ def required_versions(mode: str, generations: set[str], capacities: set[str]) ->
     features = []
     if "tpu7x" in generations:
         features.append("tpu7x on Autopilot" if mode == "autopilot" else "tpu7x on Standard")
-    if "flex-start" in capacities:
+    if capacities & {"flex-start", "queued-provisioning"}:
         features.append("flex-start TPUs")
     return features
 
@@ -147,12 +172,14 @@ def version_covers(gke_min_version: str | None, features: list[str]) -> str | No
     )
 
 
-def serving_budget(group: str, slices: int, replicas: int) -> str | None:
-    """The RayService's replicas are slices taken from its group; the RayCluster gets the rest."""
-    if replicas > slices:
+def serving_budget(group: str, slices: int, replicas: int, rayjob_slices: int = 0) -> str | None:
+    """The RayService's replicas and the RayJobs' slices are slices taken from the group; the
+    RayCluster gets the rest. A slice belongs to one of them."""
+    if replicas + rayjob_slices > slices:
+        what = f"serving.replicas ({replicas})" + (f" plus rayjob_slices ({rayjob_slices})" if rayjob_slices else "")
         return (
-            f"serving.replicas ({replicas}) is more than slice group {group} has slices ({slices}): each "
-            f"replica holds a whole slice; raise the group's slices or lower serving.replicas"
+            f"{what} is more than slice group {group} has slices ({slices}): each replica and each RayJob slice holds a "
+            f"whole slice; raise the group's slices, or lower serving.replicas or rayjob_slices"
         )
     return None
 

@@ -1,6 +1,7 @@
 """Submit a workload to a Ray cluster from a laptop or a Cloud Build stage.
 
   python -m jobs.submit healthcheck --env dev [--address URL] [--timeout S] [--request-timeout S] [--tpu-image REF] [-- job args...]
+  python -m jobs.submit train --env dev --tpu-image REF --print-rayjob | --rayjob [--slice-group G] [--name N] [-- job args...]
 
 Without an address (`--address` or RAY_ADDRESS) it gets the environment's cluster credentials,
 port-forwards the RayCluster head's dashboard port (8265) to 127.0.0.1, submits through the Ray Jobs
@@ -26,8 +27,10 @@ import os
 import shlex
 import sys
 
-from infra.config import ConfigError, Environment, environment_names, load_environment
+from infra.config import ConfigError, Environment, SliceGroup, environment_names, load_environment
 from infra.images import is_project_tpu_image
+from infra.manifests import checks, dump_all
+from infra.manifests.rayjob import RayJobError, RayJobRequest, rayjob_manifests
 from infra.names import auth_secret_name, credentials_command
 from jobs.cli import JobArgumentParser, SliceTarget, positive_seconds
 from jobs.client import tokens
@@ -39,9 +42,10 @@ from jobs.runtime.auth import use_token
 WORKLOADS = ("healthcheck", "train")
 
 
-def shape_args(env: Environment) -> list[str]:
-    """The job's slice comes from the config's first slice group (job args after `--` override)."""
-    group = env.slice_groups[0]
+def shape_args(env: Environment, group: SliceGroup | None = None, slices: int | None = None) -> list[str]:
+    """The job's slice comes from a slice group of the config, the first by default (job args after
+    `--` override)."""
+    group = group or env.slice_groups[0]
     args = [
         "--generation",
         group.generation,
@@ -50,11 +54,97 @@ def shape_args(env: Environment) -> list[str]:
         "--chips-per-host",
         str(group.shape.chips_per_host),
         "--slices",
-        str(group.slices),
+        str(group.slices if slices is None else slices),
     ]
     if env.name in environment_names():  # the cluster has the shipped configs in the working dir
         args = ["--env", env.name, *args]
     return args
+
+
+def rayjob_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags of `--print-rayjob` / `--rayjob`: a RayJob per job (infra.manifests.rayjob)."""
+    group = parser.add_argument_group("a RayJob per job (its own Ray cluster, queued by Kueue where the config has it)")
+    group.add_argument(
+        "--print-rayjob", action="store_true", help="print the job's RayJob and its NetworkPolicy (kubectl apply -f -) and exit"
+    )
+    group.add_argument("--rayjob", action="store_true", help="apply the job's RayJob, follow it to the end, exit with the job's status")
+    group.add_argument(
+        "--slice-group",
+        metavar="NAME",
+        help="the slice group it runs on (default: the first that leaves slices to RayJobs, else the first)",
+    )
+    group.add_argument("--name", metavar="NAME", help="the RayJob's name (default: <job>-<8 random hex>; at most 47 characters)")
+    group.add_argument(
+        "--active-deadline",
+        type=positive_seconds,
+        default=86400.0,
+        metavar="SECONDS",
+        help="the RayJob's activeDeadlineSeconds (default 86400)",
+    )
+    group.add_argument(
+        "--pre-running-deadline",
+        type=positive_seconds,
+        default=3600.0,
+        metavar="SECONDS",
+        help="the RayJob's preRunningDeadlineSeconds: from its start to the job running (default 3600)",
+    )
+    group.add_argument("--ttl", type=positive_seconds, default=600.0, metavar="SECONDS", help="ttlSecondsAfterFinished (default 600)")
+
+
+def rayjob_group(env: Environment, name: str | None) -> SliceGroup:
+    if name is not None:
+        names = [g.name for g in env.slice_groups]
+        if name not in names:
+            raise RayJobError(f"--slice-group: no slice group {name!r} in environment {env.name}; valid: {', '.join(names)}")
+        return env.slice_group(name)
+    return next((g for g in env.slice_groups if g.rayjob_slices), env.slice_groups[0])
+
+
+def rayjob_docs(env: Environment, args: argparse.Namespace) -> list[dict]:
+    """The job as a RayJob (and its NetworkPolicy): the job's flags checked by its own parser first,
+    then KubeRay's and Kueue's rules (infra.manifests.checks). A RayJobError or ConfigError for
+    what is wrong; exits 2 on a bad job flag."""
+    import secrets
+
+    group = rayjob_group(env, args.slice_group)
+    job_argv = [*shape_args(env, group, slices=1), *args.job_args]
+    target, requirements = check_job_args(args.job, job_argv)
+    if (target.shape.generation, target.shape.topology) != (group.shape.generation, group.topology):
+        raise RayJobError(f"--topology: the job asks for {target.shape}, but slice group {group.name} is {group.shape}; pass --slice-group")
+    name = args.name or f"{args.job}-{secrets.token_hex(4)}"
+    if problems := checks.rayjob_name(name):
+        raise RayJobError(f"--name: {problems[0]}")
+    request = RayJobRequest(
+        name=name,
+        job=args.job,
+        entrypoint=shlex.join(["python", "-m", f"jobs.{args.job}", *job_argv]),
+        group=group.name,
+        slices=target.slices,
+        active_deadline_s=int(args.active_deadline),
+        pre_running_deadline_s=int(args.pre_running_deadline),
+        ttl_after_finished_s=int(args.ttl),
+        env_vars={**env.ray.job_env_vars, **dict(kv.split("=", 1) for kv in args.env_var)},
+        pip=tuple(dict.fromkeys([*env.ray.job_pip, *job_requirements(env, group.generation, requirements)])),
+    )
+    docs = rayjob_manifests(env, request)
+    job = docs[-1]
+    if problems := [*checks.kuberay_rayjob(job), *checks.kueue_rayjob(job)]:
+        raise RayJobError(f"the RayJob would be refused: {problems[0]}")
+    return docs
+
+
+def as_rayjob(env: Environment, args: argparse.Namespace) -> int:
+    try:
+        docs = rayjob_docs(env, args)
+    except (RayJobError, ConfigError) as err:
+        print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
+        return 2
+    if args.print_rayjob:
+        sys.stdout.write(dump_all(docs))
+        return 0
+    from jobs.client.rayjob import run_rayjob
+
+    return run_rayjob(env, docs, timeout_s=args.timeout)
 
 
 def token_hint(env: Environment, explicit_address: bool) -> str:
@@ -66,16 +156,16 @@ def token_hint(env: Environment, explicit_address: bool) -> str:
     )
 
 
-def check_job_args(job: str, argv: list[str]) -> tuple[str, tuple[str, ...]]:
+def check_job_args(job: str, argv: list[str]) -> tuple[SliceTarget, tuple[str, ...]]:
     """Parse the job's arguments here, as the job will on the cluster, so a bad flag fails now (exit 2,
-    one paragraph naming it) rather than minutes later on the cluster: (the TPU generation it runs
-    on, the job's own pip requirements, its module's REQUIREMENTS)."""
+    one paragraph naming it) rather than minutes later on the cluster: (the slices it runs on, the
+    job's own pip requirements, its module's REQUIREMENTS)."""
     import importlib
 
     module = importlib.import_module(f"jobs.{job}")
     parsed = module.parse_args(argv)
     target = next(p for p in parsed if isinstance(p, SliceTarget))
-    return target.shape.generation.name, tuple(getattr(module, "REQUIREMENTS", ()))
+    return target, tuple(getattr(module, "REQUIREMENTS", ()))
 
 
 def job_requirements(env: Environment, generation: str, requirements: tuple[str, ...]) -> tuple[str, ...]:
@@ -106,6 +196,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         help="the image the cluster's TPU hosts run, when not the config's (ray.tpu_images): the project's own "
         "(images/tpu.Dockerfile) already carries the jobs' requirements, so the job installs none",
     )
+    rayjob_flags(parser)
     parser.add_argument("--print-credentials-command", action="store_true", help="print the gcloud get-credentials command and exit")
     parser.add_argument(
         "--print-token-command",
@@ -138,8 +229,11 @@ def main(argv: list[str] | None = None) -> int:
         which = f"job {args.job!r} is not a workload" if args.job else "no job given"
         print(f"error: {which}; valid: {', '.join(WORKLOADS)}", file=sys.stderr)
         return 2
+    if args.print_rayjob or args.rayjob:
+        return as_rayjob(env, args)
     job_argv = [*shape_args(env), *args.job_args]
-    generation, requirements = check_job_args(args.job, job_argv)  # exits 2 on a bad flag, before any upload
+    target, requirements = check_job_args(args.job, job_argv)  # exits 2 on a bad flag, before any upload
+    generation = target.shape.generation.name
     requirements = job_requirements(env, generation, requirements)
     entrypoint = shlex.join(["python", "-m", f"jobs.{args.job}", *job_argv])
     env_vars = dict(kv.split("=", 1) for kv in args.env_var)

@@ -40,6 +40,7 @@ JOBS_LAYERS = {
 # Imports across roles of one layer, each with its reason.
 ALLOWED = {
     ("jobs.serve.smoke", "jobs.client"): "the serving smoke test is a laptop-side client: it reuses the port-forward",
+    ("jobs.local.rayjob", "jobs.client"): "it submits as KubeRay's submitter would, through the same bounded Jobs API client",
 }
 
 

@@ -21,6 +21,10 @@ def platform_problems(env: Environment) -> tuple[list[str], list[str]]:
         zone = env.group_zone(group)
         if problem := rules.zone_in_cluster(env.region, zone):
             errors.append(f"{zone_field}: {problem}")
+        if group.capacity_kind == "queued-provisioning":
+            serves = env.serving is not None and env.serving.slice_group == group.name
+            if problem := rules.queued_provisioning(env.mode, env.kueue is not None, group.name, group.slices, group.rayjob_slices, serves):
+                errors.append(f"{at}.capacity: {problem}")
         if problem := rules.capacity_offered(group.generation, group.capacity_kind):
             errors.append(f"{at}.capacity: {problem}")
         elif problem := rules.zone_offers(group.generation, zone, group.capacity_kind):
@@ -38,6 +42,11 @@ def platform_problems(env: Environment) -> tuple[list[str], list[str]]:
     features = rules.required_versions(env.mode, {g.generation for g in env.slice_groups}, {g.capacity_kind for g in env.slice_groups})
     if problem := rules.version_covers(env.gke_min_version, features):
         errors.append(f"gke_min_version: {problem}")
+    if env.kueue is not None and not any(g.rayjob_slices for g in env.slice_groups):
+        errors.append(
+            "kueue: no slice group leaves slices to RayJobs, so Kueue would have no TPU quota to admit one against: "
+            "set rayjob_slices on the groups RayJobs take"
+        )
     workers = {g.generation: env.ray.worker_image(g.generation) for g in env.slice_groups}
     for field, image in (("ray.image", env.ray.image), *((f"ray.tpu_images.{g}", i) for g, i in workers.items())):
         if problem := images.published(image):
@@ -46,6 +55,6 @@ def platform_problems(env: Environment) -> tuple[list[str], list[str]]:
         errors.append(f"ray: {problem}")
     if env.serving is not None and env.serving.slice_group in {g.name for g in env.slice_groups}:
         group = env.slice_group(env.serving.slice_group)
-        if problem := rules.serving_budget(group.name, group.slices, env.serving.replicas):
+        if problem := rules.serving_budget(group.name, group.slices, env.serving.replicas, group.rayjob_slices):
             errors.append(f"serving.replicas: {problem}")
     return errors, warnings

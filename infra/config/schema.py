@@ -68,11 +68,12 @@ class Reservation(Strict):
 
 
 # `on-demand`: plain capacity; `spot`: preemptible; `flex-start`: Dynamic Workload Scheduler,
-# provisioned when pods ask (no reservation); `{reservation: NAME}`: a specific reservation.
-# (`queued-provisioning` is refused with its reason: infra.rules.QUEUED_PROVISIONING.)
-CapacityKind = Literal["on-demand", "spot", "flex-start"]
+# provisioned when pods ask (no reservation); `queued-provisioning`: the same capacity, provisioned
+# whole for a RayJob that Kueue admits through a ProvisioningRequest (needs `kueue`:
+# infra.rules.queued_provisioning); `{reservation: NAME}`: a specific reservation.
+CapacityKind = Literal["on-demand", "spot", "flex-start", "queued-provisioning"]
 Capacity = CapacityKind | Reservation
-FLEX_CAPACITY = ("flex-start",)
+FLEX_CAPACITY = ("flex-start", "queued-provisioning")
 
 
 class Autoscaling(Strict):
@@ -101,6 +102,9 @@ class SliceGroup(Strict):
     # the machine can give a pod (infra.rules.default_requests), so they always fit.
     pod_cpu: Quantity | None = None
     pod_memory: Quantity | None = None
+    # Slices of this group that RayJobs take (a cluster per job, `jobs.submit --rayjob`), queued by
+    # Kueue when the environment has a `kueue` section; the RayCluster holds the rest (less serving).
+    rayjob_slices: NonNegativeInt = 0
 
     @field_validator("generation", mode="before")
     @classmethod
@@ -138,11 +142,15 @@ class SliceGroup(Strict):
             return Reservation(reservation=name)
         if isinstance(value, str) and value.startswith("reservation"):
             raise ValueError("a reservation needs its name: write `capacity: {reservation: NAME}`")
-        if value == "queued-provisioning":
-            raise ValueError(rules.QUEUED_PROVISIONING)
         if value not in typing.get_args(CapacityKind):
             raise ValueError(f"{value!r} is not a capacity; valid: {choices}")
         return value
+
+    @model_validator(mode="after")
+    def _rayjobs_within_slices(self) -> SliceGroup:
+        if self.rayjob_slices > self.slices:
+            raise ValueError(f"rayjob_slices ({self.rayjob_slices}) must be between 0 and slices ({self.slices})")
+        return self
 
     @model_validator(mode="after")
     def _min_within_slices(self) -> SliceGroup:
@@ -314,6 +322,29 @@ class RayConfig(Strict):
         return self.tpu_images.get(generation) or self.default_worker_image
 
 
+class KueueConfig(Strict):
+    """Kueue queues the environment's RayJobs against quotas in chips (its presence turns it on).
+    `python -m infra manifests` prints its ResourceFlavors, ClusterQueue and LocalQueue; the quota is
+    the slices the groups leave to RayJobs (`rayjob_slices`). Kueue itself is installed once per
+    cluster, from its pinned release (README "Batch jobs")."""
+
+    # The LocalQueue RayJobs name (kueue.x-k8s.io/queue-name), in the Ray namespace. Never `default`:
+    # Kueue gives a LocalQueue of that name every unlabelled workload, the long-lived RayCluster too.
+    local_queue: Name = "ray-jobs"
+    # The ClusterQueue; default `<cluster_name>-tpu`.
+    cluster_queue: Name | None = None
+
+    @field_validator("local_queue")
+    @classmethod
+    def _not_default(cls, value: str) -> str:
+        if value == "default":
+            raise ValueError(
+                "a LocalQueue named `default` takes every workload without a queue-name label in its namespace "
+                "(Kueue's default LocalQueue), the RayCluster and RayService too: pick another name, e.g. ray-jobs"
+            )
+        return value
+
+
 class BucketConfig(Strict):
     """The GCS bucket for checkpoints and data. The name defaults to `<project>-<cluster>-ray`."""
 
@@ -374,6 +405,7 @@ class Environment(Strict):
     # A GCS bucket for Terraform state, shared by laptops and Cloud Build. None: local state.
     state_bucket: Annotated[str, Field(pattern=_BUCKET)] | None = None
     serving: Serving | None = None
+    kueue: KueueConfig | None = None
     labels: dict[Annotated[str, Field(pattern=r"^[a-z][-_a-z0-9]{0,62}$")], Annotated[str, Field(pattern=r"^[-_a-z0-9]{0,63}$")]] = {}
 
     @field_validator("zone")
@@ -436,6 +468,12 @@ class Environment(Strict):
     def warnings(self) -> list[str]:
         """What the platform rules accepted only because the config said so, one line each."""
         return self.platform_findings[1]
+
+    @property
+    def cluster_queue_name(self) -> str | None:
+        if self.kueue is None:
+            return None
+        return self.kueue.cluster_queue or f"{self.cluster_name}-tpu"
 
     @property
     def ray_cluster_name(self) -> str:

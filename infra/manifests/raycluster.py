@@ -68,10 +68,11 @@ def ray_cluster(env: Environment) -> dict[str, Any]:
 
 def cluster_slices(env: Environment, group: SliceGroup) -> int:
     """The group's slices the RayCluster gets: all of them, less the RayService's replicas where
-    the group serves. A slice belongs to one of the two, so they never wait on each other."""
+    the group serves and the slices it leaves to RayJobs. A slice belongs to one of them, so they
+    never wait on each other."""
     serving = env.serving
     held = serving.replicas if serving is not None and serving.slice_group == group.name else 0
-    return group.slices - held
+    return group.slices - held - group.rayjob_slices
 
 
 def service_account(env: Environment, google_service_account: str) -> dict[str, Any]:

@@ -1,14 +1,20 @@
-"""`python -m jobs.local up | status | down | env`: see `jobs.local`."""
+"""`python -m jobs.local up | status | down | env | rayjob FILE`: see `jobs.local` and `jobs.local.rayjob`."""
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
+from typing import IO
 
 from jobs.cli import JobArgumentParser, add_slice_flags, positive_int, positive_seconds, resolve_target
+from jobs.local import rayjob
 from jobs.local.cluster import DEFAULT_STATE_DIR, LocalCluster, LocalClusterError, down, status, up
 from jobs.local.env import client_exports, state_dir_problem
+from jobs.local.rayjob_spec import RayJobError, parse_rayjob
 
 
 def _parser() -> JobArgumentParser:
@@ -20,17 +26,69 @@ def _parser() -> JobArgumentParser:
     start = sub.add_parser("up", help="start a simulated slice")
     add_slice_flags(start, reserve_timeout=False)
     start.add_argument("--timeout", type=positive_seconds, default=90.0, metavar="SECONDS", help="per-node start timeout")
-    start.add_argument("--host-cpus", type=positive_int, default=2, help="logical CPUs per simulated host")
-    start.add_argument("--object-store-mb", type=positive_int, default=128, help="object store per node, MiB")
+    job = sub.add_parser(
+        "rayjob",
+        help="run a KubeRay RayJob (e.g. `python -m jobs.submit JOB --print-rayjob`) on a simulated slice of its shape, as KubeRay would",
+    )
+    job.add_argument("file", metavar="FILE", help="the RayJob's YAML (other documents in it are left out); - for stdin")
+    job.add_argument("--status-file", metavar="PATH", help="append the RayJob's .status, one JSON line per transition")
+    job.add_argument("--log-file", metavar="PATH", help="append the job's logs as they stream")
+    job.add_argument(
+        "--default-deadline",
+        type=positive_seconds,
+        default=3600.0,
+        metavar="SECONDS",
+        help="the bound on the whole run when the RayJob sets no activeDeadlineSeconds (default 3600)",
+    )
+    job.add_argument("--node-timeout", type=positive_seconds, default=90.0, metavar="SECONDS", help="per-node start timeout")
+    for p in (start, job):
+        p.add_argument("--host-cpus", type=positive_int, default=2, help="logical CPUs per simulated host")
+        p.add_argument("--object-store-mb", type=positive_int, default=128, help="object store per node, MiB")
     for name, text in (
         ("status", "show the simulated slices"),
         ("down", "stop the simulated cluster"),
         ("env", "print the export lines that point `ray job submit` at the cluster (its address and token file)"),
     ):
         sub.add_parser(name, help=text)
-    for p in (parser, *sub.choices.values()):
-        p.add_argument("--state-dir", default=str(DEFAULT_STATE_DIR), help=f"default: {DEFAULT_STATE_DIR}")
+    parser.add_argument("--state-dir", default=str(DEFAULT_STATE_DIR), help=f"default: {DEFAULT_STATE_DIR}")
+    for p in sub.choices.values():
+        # SUPPRESS: a subcommand's copy sets the flag only when given after it, so
+        # `--state-dir X up` and `up --state-dir X` both mean X.
+        p.add_argument("--state-dir", default=argparse.SUPPRESS, help=f"default: {DEFAULT_STATE_DIR}")
     return parser
+
+
+def _rayjob(parser: JobArgumentParser, args: argparse.Namespace) -> int:
+    try:
+        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+        spec = parse_rayjob(text, "stdin" if args.file == "-" else args.file)
+    except OSError as err:
+        print(f"error: {args.file}: {err.strerror}", file=sys.stderr)
+        return 2
+    except RayJobError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    problem = state_dir_problem(args.state_dir)
+    if problem:
+        parser.error(f"argument --state-dir: {problem}")
+    with contextlib.ExitStack() as files:
+        opened: dict[str, IO[str] | None] = {}
+        for flag in ("status_file", "log_file"):
+            path = getattr(args, flag)
+            try:
+                opened[flag] = files.enter_context(open(path, "a")) if path else None
+            except OSError as err:
+                parser.error(f"argument --{flag.replace('_', '-')}: cannot write {path}: {err.strerror}")
+        return rayjob.run(
+            spec,
+            args.state_dir,
+            default_deadline_s=args.default_deadline,
+            node_timeout_s=args.node_timeout,
+            host_cpus=args.host_cpus,
+            object_store_mb=args.object_store_mb,
+            status_file=opened["status_file"],
+            log_file=opened["log_file"],
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -63,6 +121,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"  state and logs: {cluster.state_dir}"
             )
             return 0
+        if args.command == "rayjob":
+            return _rayjob(parser, args)
         if args.command == "env":
             found = LocalCluster.load(args.state_dir)
             if found is None:

@@ -114,6 +114,14 @@ def stacks(synth_outdir) -> dict[str, Synthesized]:
 
 
 @pytest.fixture(scope="session")
+def kueue_crds() -> Path:
+    path = SHARED / "kueue" / "crds"
+    if not path.is_dir():
+        pytest.skip("../shared/kueue/crds is not here")
+    return path
+
+
+@pytest.fixture(scope="session")
 def crds() -> Path:
     path = SHARED / "kuberay" / "crds"
     if not path.is_dir():

@@ -71,8 +71,10 @@ def _tpu_pool(env: Environment, plan: TpuPoolPlan) -> dict:
             "key": "compute.googleapis.com/reservation-name",
             "values": [plan.reservation],
         }
-    elif plan.capacity == "flex-start":
+    elif plan.capacity in ("flex-start", "queued-provisioning"):
         config.update(flexStart=True, reservationAffinity=no_reservation)
+        if plan.capacity == "queued-provisioning":
+            extra["queuedProvisioning"] = {"enabled": True}
     if plan.placement == "tpu-topology":
         extra["placementPolicy"] = {"type": "COMPACT", "tpuTopology": plan.shape.topology}
     elif plan.placement == "workload-policy":

@@ -126,6 +126,17 @@ def team_environments() -> dict[str, dict]:
             [{"name": "v5p", "generation": "v5p", "topology": "2x2x2", "capacity": {"reservation": "v5p-res"}}],
         ),
         _team("team-big-pods", "us-east5", "us-east5-b", [{"name": "trillium", **v6e, "pod_cpu": "160", "pod_memory": BIG_POD_MEMORY}]),
+        # Kueue with queued provisioning (GKE's ray-kueue-dws tutorial: a v6e 4x4 RayJob).
+        _team(
+            "team-queued",
+            "us-east5",
+            "us-east5-b",
+            [
+                {"name": "dws", **v6e, "slices": 2, "capacity": "queued-provisioning", "rayjob_slices": 2},
+                {"name": "trillium", **v6e, "rayjob_slices": 1, "slices": 2},
+            ],
+            kueue={"local_queue": "team-a"},
+        ),
     ]
     return {e["name"]: e for e in envs}
 

@@ -143,8 +143,8 @@ def test_no_token_literal_in_the_repo():
 @pytest.mark.parametrize("env_name", environment_names())
 def test_the_printed_objects_validate_strictly_against_kubernetes(env_name):
     for doc in printed(env_name):
-        if doc["apiVersion"].startswith("ray.io/"):
-            continue  # validated against the KubeRay CRDs (tests/infra/test_manifests.py)
+        if doc["apiVersion"].startswith(("ray.io/", "kueue.x-k8s.io/")):
+            continue  # validated against the KubeRay and Kueue CRDs (test_manifests.py, test_kueue.py)
         kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)  # raises on any error
 
 

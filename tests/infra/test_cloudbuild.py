@@ -121,3 +121,15 @@ def test_the_builder_and_the_images_share_the_bootstrapped_repository():
             [sys.executable, "-m", "infra", "bootstrap", "--env", name], cwd=REPO, capture_output=True, text=True, timeout=60
         )
         assert proc.returncode == 0 and images.repository_command(env.project, env.region) in proc.stdout
+
+
+def test_the_rayjob_build_runs_make_rayjob_with_every_substitution_declared():
+    path = REPO / "ci" / "rayjob.cloudbuild.yaml"
+    build = yaml.safe_load(path.read_text())
+    text = path.read_text()
+    used = set(re.findall(r"\$\{(_[A-Z_]+)\}", text))
+    assert used <= set(build["substitutions"]) and {"_ENV", "_JOB", "_ARGS", "_TPU_IMAGE"} <= used
+    (stage,) = build["steps"]
+    assert make_targets(stage) == ["rayjob"]
+    proc = subprocess.run(["make", "-n", "rayjob", "JOB=train", "TPU_IMAGE=ref@sha256:t", "ARGS=--steps 5"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "-m jobs.submit train --env dev --tpu-image ref@sha256:t --rayjob" in proc.stdout, proc.stdout + proc.stderr

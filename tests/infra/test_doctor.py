@@ -360,7 +360,7 @@ def test_ray_is_not_imported_without_ray_address(gke):
 def test_ray_shapes_are_ray_names_per_distinct_shape():
     assert [(s.groups, s.topology, s.accelerator_type, s.pod_type, s.configured_slices) for s in ray_shapes(PROD)] == [
         (("v6e-multislice",), "4x4", "TPU-V6E", "v6e-16", 2),
-        (("ironwood",), "2x2x2", "TPU-V7X", "v7x-16", 1),
+        (("ironwood", "ironwood-queued"), "2x2x2", "TPU-V7X", "v7x-16", 3),
         (("v5e-serving",), "2x4", "TPU-V5LITEPOD", "v5litepod-8", 2),
     ]
 
@@ -390,11 +390,19 @@ def test_default_endpoint_without_credentials_is_one_line(tmp_path):
 # --- the cluster's KubeRay CRD (--kubectl), through the real kubectl against a local API server -----
 
 
-def shared_crd() -> dict:
-    path = REPO.parent / "shared" / "kuberay" / "crds" / "ray.io_rayclusters.yaml"
+def shared_crd(name: str = "kuberay/crds/ray.io_rayclusters.yaml") -> dict:
+    path = REPO.parent / "shared" / name
     if not path.is_file():
-        pytest.skip("../shared/kuberay/crds is not here")
+        pytest.skip(f"../shared/{name} is not here")
     return yaml.safe_load(path.read_text())
+
+
+def served_crds() -> dict[str, dict]:
+    """The KubeRay and Kueue CRDs a cluster with the add-on and Kueue v0.19.2 installed serves."""
+    out = {"rayclusters.ray.io": shared_crd(), "rayjobs.ray.io": shared_crd("kuberay/crds/ray.io_rayjobs.yaml")}
+    for kind in ("clusterqueues", "localqueues", "resourceflavors", "provisioningrequestconfigs"):
+        out[f"{kind}.kueue.x-k8s.io"] = shared_crd(f"kueue/crds/kueue.x-k8s.io_{kind}.yaml")
+    return out
 
 
 def test_the_crd_check_finds_the_fields_the_manifests_use():
@@ -416,7 +424,7 @@ def test_cli_kubectl_reports_a_kuberay_too_old_for_the_manifests(gke, tmp_path, 
     if not has_auth_options:
         for version in crd["spec"]["versions"]:
             version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"].pop("authOptions", None)
-    with serve(FakeKube(crds={"rayclusters.ray.io": crd})) as kube:
+    with serve(FakeKube(crds={**served_crds(), "rayclusters.ray.io": crd})) as kube:
         env = {**os.environ, "KUBECONFIG": str(kube.kubeconfig(tmp_path)), "HOME": str(tmp_path)}
         cmd = [sys.executable, "-m", "infra.doctor", "--env", "dev", "--endpoint", gke.url, "--timeout", "10", "--kubectl"]
         proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
@@ -437,3 +445,36 @@ def test_cli_kubectl_without_the_crd_is_one_line(gke, tmp_path):
         proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
     line = one_line_error(proc.stderr)
     assert proc.returncode == 2 and "cannot read the rayclusters.ray.io CRD" in line and "not found" in line
+
+
+def test_the_rayjob_and_kueue_crds_are_checked_for_the_fields_we_print():
+    crds = served_crds()
+    fields = kuberay_crd.required_fields(PROD)  # prod has Kueue and queued provisioning
+    assert {f.crd for f in fields} == set(crds) - {"rayclusters.ray.io"}
+    assert all(kuberay_crd.knows_field(crds[f.crd], f) for f in fields)
+    assert {f.crd for f in kuberay_crd.required_fields(DEV)} == {"rayjobs.ray.io"}  # no Kueue in dev
+    older = copy.deepcopy(crds["rayjobs.ray.io"])  # a KubeRay before 1.6.0: no preRunningDeadlineSeconds
+    for version in older["spec"]["versions"]:
+        version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"].pop("preRunningDeadlineSeconds", None)
+    (field,) = [f for f in fields if f.field == "preRunningDeadlineSeconds"]
+    assert not kuberay_crd.knows_field(older, field)
+    v1beta1_only = copy.deepcopy(crds["clusterqueues.kueue.x-k8s.io"])  # a Kueue before v1beta2
+    v1beta1_only["spec"]["versions"] = [v for v in v1beta1_only["spec"]["versions"] if v["name"] == "v1beta1"]
+    (field,) = [f for f in fields if f.crd == "clusterqueues.kueue.x-k8s.io"]
+    assert not kuberay_crd.knows_field(v1beta1_only, field)
+
+
+def test_cli_kubectl_without_kueue_installed_is_one_line(tmp_path):
+    if shutil.which("kubectl") is None:
+        pytest.skip("kubectl is not installed")
+    crds = {k: v for k, v in served_crds().items() if not k.endswith("kueue.x-k8s.io")}
+    gke = FakeGke().start().serve(PROD)
+    try:
+        with serve(FakeKube(crds=crds)) as kube:
+            env = {**os.environ, "KUBECONFIG": str(kube.kubeconfig(tmp_path)), "HOME": str(tmp_path)}
+            cmd = [sys.executable, "-m", "infra.doctor", "--env", "prod", "--endpoint", gke.url, "--timeout", "10", "--kubectl"]
+            proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    finally:
+        gke.stop()
+    line = one_line_error(proc.stderr)
+    assert proc.returncode == 2 and "cannot read the clusterqueues.kueue.x-k8s.io CRD" in line and "is Kueue installed" in line

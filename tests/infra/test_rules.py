@@ -149,9 +149,10 @@ def test_config_errors_name_the_field_and_the_valid_choices():
         group={"generation": "v5e", "topology": "1x1", "pod_cpu": "24", "pod_memory": "200G"}, region="us-west4", zone="us-west4-a"
     )
     assert [line.split(":")[0] for line in lines] == ["slice_groups[0].pod_cpu", "slice_groups[0].pod_memory"]
-    (line,) = problems(group={"capacity": "queued-provisioning"})
-    assert line.startswith("slice_groups[0].capacity: queued-provisioning pools only scale up for ProvisioningRequests")
-    assert "use capacity: flex-start" in line
+    # Queued provisioning needs Kueue (tests/infra/test_kueue.py has the rest of its rules).
+    line, *_ = problems(group={"capacity": "queued-provisioning"}, gke_min_version="1.35")
+    assert line.startswith("slice_groups[0].capacity: queued-provisioning pools scale up only for ProvisioningRequests")
+    assert "add a `kueue:` section" in line and "or use capacity: flex-start" in line
     (line,) = problems(group={"capacity": "flex-start"})
     assert line.startswith("gke_min_version: flex-start TPUs needs GKE 1.33.0-gke.1712000")
     # No zone can make flex-start exist for v4, so no zone override is offered for it.

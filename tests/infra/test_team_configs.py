@@ -52,12 +52,13 @@ def test_each_team_config_synthesizes_pools_that_obey_the_rules(team_stacks):
         if env.mode == "autopilot":
             assert pools == [], name
             continue
-        (group,) = env.slice_groups
-        (pool,) = pools
-        zone = env.group_zone(group)
-        assert pool["node_locations"] == [zone] and zone.startswith(env.region + "-"), name
-        assert rules.requests_fit(group.shape.machine_type, *group.requests) == {}, name
-        assert pool["node_config"]["machine_type"] == group.shape.machine_type, name
+        assert pools, name
+        for pool in pools:
+            group = env.slice_group(pool["node_config"]["labels"]["ray-tpu-gke/slice-group"])
+            zone = env.group_zone(group)
+            assert pool["node_locations"] == [zone] and zone.startswith(env.region + "-"), name
+            assert rules.requests_fit(group.shape.machine_type, *group.requests) == {}, name
+            assert pool["node_config"]["machine_type"] == group.shape.machine_type, name
 
 
 @pytest.mark.synth
@@ -195,3 +196,18 @@ def test_on_demand_in_a_zone_the_public_list_omits_is_still_refused():
     (line,) = problems("team-v5p-reserved", capacity="on-demand")
     assert line.startswith("zone: zone us-east5-b does not offer v5p; zones that do: us-central1-a, us-east5-a")
     assert "regions-zones" in line
+
+
+@pytest.mark.synth
+def test_a_queued_provisioning_group_is_pools_gke_provisions_for_a_provisioning_request(team_stacks):
+    # GKE's ray-kueue-dws tutorial: --enable-queued-provisioning --flex-start --reservation-affinity=none,
+    # autoscaling from 0; cluster-toolkit's gke-node-pool: auto-repair off, the gke-queued label.
+    pools = {p["name"]: p for p in team_stacks["team-queued"].resources("google_container_node_pool").values()}
+    for name in ("dws-0", "dws-1"):
+        pool = pools[name]
+        assert pool["queued_provisioning"] == {"enabled": True}, name
+        config = pool["node_config"]
+        assert config["flex_start"] is True and config["reservation_affinity"] == {"consume_reservation_type": "NO_RESERVATION"}
+        assert config["labels"]["cloud.google.com/gke-queued"] == "true"
+        assert pool["autoscaling"]["min_node_count"] == 0 and pool["management"]["auto_repair"] is False
+    assert "queued_provisioning" not in pools["trillium-0"]

@@ -8,7 +8,9 @@ replaces the --tpu-topology flag"), and xpk (nodepool.py @367c838) passes neithe
 provider (6.50.0 resource_container_node_pool.go) requires `type` but accepts "", which it leaves
 out of the request, and reads `type`, `policy_name` and `tpu_topology` back verbatim; GKE stores the
 policy with the topology filled in and no type, so the pool ignores changes to `tpu_topology`
-(not ForceNew: an in-place diff that would never go away) and states `type` as GKE returns it. Capacity maps to spot VMs, reservation affinity or flex-start. Each
+(not ForceNew: an in-place diff that would never go away) and states `type` as GKE returns it.
+
+Capacity maps to spot VMs, reservation affinity, flex-start or queued provisioning. Each
 pool lives in its group's zone; fixed pools set only `node_count`, autoscaled ones
 `initial_node_count` plus autoscaling (infra.node_pools says why).
 """
@@ -28,12 +30,13 @@ from cdktf_cdktf_provider_google.container_node_pool import (
     ContainerNodePoolNodeConfigGvnic,
     ContainerNodePoolNodeConfigReservationAffinity,
     ContainerNodePoolPlacementPolicy,
+    ContainerNodePoolQueuedProvisioning,
 )
 from constructs import Construct
 
 from infra.cdk.components.node_defaults import management, node_config
 from infra.config import Environment
-from infra.names import SLICE_GROUP_LABEL
+from infra.names import QUEUED_LABEL, SLICE_GROUP_LABEL
 from infra.node_pools import TpuPoolPlan, tpu_pool_plans
 from infra.platform_facts import BOOT_DISK_TYPES
 
@@ -53,9 +56,16 @@ def capacity_settings(plan: TpuPoolPlan) -> tuple[dict[str, Any], dict[str, Any]
                 values=[plan.reservation],
             )
         }, {}
-    if plan.capacity == "flex-start":
+    if plan.capacity in ("flex-start", "queued-provisioning"):
         no_reservation = ContainerNodePoolNodeConfigReservationAffinity(consume_reservation_type="NO_RESERVATION")
-        return {"flex_start": True, "reservation_affinity": no_reservation}, {}
+        node_fields: dict[str, Any] = {"flex_start": True, "reservation_affinity": no_reservation}
+        if plan.capacity == "flex-start":
+            return node_fields, {}
+        # Queued provisioning: nodes only for ProvisioningRequests (Kueue's, for an admitted RayJob),
+        # which GKE marks with this label and taints cloud.google.com/gke-queued (the tutorial's
+        # `--enable-queued-provisioning --flex-start --reservation-affinity=none`; cluster-toolkit's
+        # gke-node-pool sets the label too).
+        return node_fields, {"queued_provisioning": ContainerNodePoolQueuedProvisioning(enabled=True)}
     return {}, {}
 
 
@@ -93,7 +103,7 @@ class TpuSlicePools(Construct):
                     gvnic=ContainerNodePoolNodeConfigGvnic(enabled=True),  # TPU hosts talk DCN (multislice) over gVNIC
                     # Worker pods select their own group's pools by this label (never another group's
                     # nodes of the same shape).
-                    labels={SLICE_GROUP_LABEL: plan.group},
+                    labels={SLICE_GROUP_LABEL: plan.group, **({QUEUED_LABEL: "true"} if plan.capacity == "queued-provisioning" else {})},
                     **node_fields,
                 ),
                 lifecycle=TerraformResourceLifecycle(ignore_changes=WORKLOAD_POLICY_FILLED_IN)

@@ -136,6 +136,8 @@ def test_prod_is_regional_with_each_group_in_a_zone_that_offers_it(stacks):
         "v6e-multislice-0": ("us-central1", ["us-central1-b"]),  # v6e: us-central1-b
         "v6e-multislice-1": ("us-central1", ["us-central1-b"]),
         "ironwood-0": ("us-central1", ["us-central1-c"]),  # TPU7x: us-central1-c
+        "ironwood-queued-0": ("us-central1", ["us-central1-c"]),  # TPU7x flex-start capacity: us-central1-c
+        "ironwood-queued-1": ("us-central1", ["us-central1-c"]),
         "v5e-serving": ("us-central1", ["us-central1-a"]),  # v5e: us-central1-a
     }
 
