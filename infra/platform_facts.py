@@ -62,6 +62,19 @@ SHARED_RESERVATIONS = Source(
     "https://cloud.google.com/compute/docs/reference/rest/v1/instances#ReservationAffinity",
     READ_AGAIN,
 )
+# Whether TPUs take queued provisioning was contested: xpk saw it refused in 2025 ("Flex start node
+# pools don't support TPUs with queued provisioning", AI-Hypercomputer/xpk PR #900) and still limits
+# it to GPUs; GKE's how-to documents GPUs only. Newer sources run TPUs on it, on pools with both
+# --enable-queued-provisioning and --flex-start: the ray-kueue-dws tutorial and cluster-toolkit.
+QUEUED_PROVISIONING_PAGE = Source(
+    'GKE tutorial "Optimize AI training on TPUs with DWS and Kueue" (a RayJob on a v6e 4x4 pool made with '
+    "--enable-queued-provisioning --flex-start --reservation-affinity=none, min 0 nodes; ProvisioningRequestConfig "
+    "queued-provisioning.gke.io with managedResources [google.com/tpu]; last updated 2026-04-10); cluster-toolkit "
+    "examples/gke-consumption-options/dws-flex-start-queued-provisioning (gke-tpu-v6e.yaml, @1047080); GKE accepts one "
+    "PodSet per ProvisioningRequest (ray-project/ray#57839)",
+    "https://cloud.google.com/kubernetes-engine/docs/tutorials/ray-kueue-dws",
+    READ_AGAIN,
+)
 NODE_CAPACITY = Source(
     "2i2c-org/infrastructure deployer/commands/generate/resource_allocation/instance_capacities.yaml (kubelet capacity "
     "measured on GKE nodes: n1-standard-2 7.276 of 7.5 GiB, n2-highmem-4 31.357 of 32, n2-highmem-64 503.89 of 512; "

@@ -21,22 +21,12 @@ from infra.platform_facts import (
     NODE_CAPACITY,
     NODE_CAPACITY_SHARE,
     NODE_LOCATIONS,
+    QUEUED_PROVISIONING_PAGE,
     RAY_TPU_TOPOLOGIES,
     RAY_VERSION_READ,
     TPU_ZONES,
     TPU_ZONES_PAGE,
-    Source,
     version_key,
-)
-
-QUEUED_PROVISIONING_PAGE = Source(
-    'GKE tutorial "Optimize AI training on TPUs with DWS and Kueue" (a RayJob on a v6e 4x4 pool made with '
-    "--enable-queued-provisioning --flex-start --reservation-affinity=none, min 0 nodes; ProvisioningRequestConfig "
-    "queued-provisioning.gke.io with managedResources [google.com/tpu]; last updated 2026-04-10); cluster-toolkit "
-    "examples/gke-consumption-options/dws-flex-start-queued-provisioning (gke-tpu-v6e.yaml, @1047080); GKE accepts one "
-    "PodSet per ProvisioningRequest (ray-project/ray#57839)",
-    "https://cloud.google.com/kubernetes-engine/docs/tutorials/ray-kueue-dws",
-    "2026-12-04",
 )
 
 
