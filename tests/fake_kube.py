@@ -21,12 +21,8 @@ import base64
 import contextlib
 import copy
 import json
-import os
-import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -38,14 +34,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from tests.fake_rayjobs import QUEUE_LABEL, STOP_S, SUBMITTER, TERMINAL, RayJobRun, head_pod, workload
 from tests.kuberay_schema import validator
 
 REPO = Path(__file__).resolve().parents[1]
 KUBERAY_CRDS = REPO.parent / "shared" / "kuberay" / "crds"
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
-SUBMITTER = "ray-job-submitter"
-STOP_S = 90.0  # for an interrupted `jobs.local rayjob` to stop its job and tear its cluster down
 
 CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
 
@@ -114,7 +107,6 @@ DISCOVERY.update({f"/openapi/v3/{gv}": doc for gv, doc in OPENAPI.items()})
 KINDS = {"rayjobs": "RayJob", "networkpolicies": "NetworkPolicy", "pods": "Pod", "workloads": "Workload"}
 API_VERSIONS = {"rayjobs": "ray.io/v1", "networkpolicies": "networking.k8s.io/v1", "pods": "v1", "workloads": "kueue.x-k8s.io/v1beta2"}
 WRITABLE = ("rayjobs", "networkpolicies")
-TERMINAL = ("Complete", "Failed", "ValidationFailed")
 
 
 def _now() -> str:
@@ -151,82 +143,6 @@ def _matches(labels: dict[str, str], selector: str) -> bool:
         if labels.get(key) != value:
             return False
     return True
-
-
-@dataclass
-class RayJobRun:
-    """One RayJob run by `python -m jobs.local rayjob` in its own directory (the RayJob as JSON, its
-    status lines, its log, the simulated cluster's state)."""
-
-    directory: Path
-    proc: subprocess.Popen
-
-    @classmethod
-    def start(cls, rayjob: dict[str, Any], command: list[str]) -> RayJobRun:
-        # Short: Ray's socket paths under the state dir are limited to 107 bytes.
-        directory = Path(tempfile.mkdtemp(prefix="fk-", dir="/tmp"))
-        (directory / "rayjob.json").write_text(json.dumps(rayjob))
-        for name in ("status.jsonl", "job.log"):
-            (directory / name).touch()
-        args = [
-            *command,
-            str(directory / "rayjob.json"),
-            "--state-dir",
-            str(directory / "state"),
-            "--status-file",
-            str(directory / "status.jsonl"),
-            "--log-file",
-            str(directory / "job.log"),
-        ]
-        with open(directory / "out.log", "wb") as out:  # the run's own lines, to read when a test fails
-            # Its own session: a Ctrl-C meant for the test (or for jobs.submit) is not KubeRay's.
-            proc = subprocess.Popen(args, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        return cls(directory, proc)
-
-    def status(self) -> dict[str, Any]:
-        """The last status line written whole; a run that ended without an end says so (Failed)."""
-        ended = not self.running()
-        text = (self.directory / "status.jsonl").read_text()
-        lines = text[: text.rfind("\n") + 1].splitlines()  # a line still being written is read next time
-        status = json.loads(lines[-1]) if lines else {}
-        if ended and status.get("jobDeploymentStatus") not in TERMINAL:
-            last = (self.output().strip().splitlines() or ["no output"])[-1]
-            message = f"the fake's KubeRay (python -m jobs.local rayjob) exited {self.proc.returncode} before the RayJob ended: {last}"
-            status = {**status, "jobDeploymentStatus": "Failed", "message": message}
-        return status
-
-    def log_path(self) -> Path:
-        return self.directory / "job.log"
-
-    def node_pids(self) -> list[int]:
-        """The simulated cluster's node processes (each leads its own process group) while it is up."""
-        try:
-            return [node["pid"] for node in json.loads((self.directory / "state" / "cluster.json").read_text())["nodes"]]
-        except (OSError, ValueError, KeyError):
-            return []
-
-    def output(self) -> str:
-        return (self.directory / "out.log").read_text(errors="replace")
-
-    def running(self) -> bool:
-        return self.proc.poll() is None
-
-    def stop(self, timeout_s: float = STOP_S) -> None:
-        """Interrupt the run as a deleted RayJob's would be (it stops the job, tears down), bounded;
-        past the bound, kill it and stop what it left with `jobs.local down`."""
-        if self.running():
-            self.proc.send_signal(signal.SIGINT)
-        try:
-            self.proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-            state = str(self.directory / "state")
-            subprocess.run([sys.executable, "-m", "jobs.local", "--state-dir", state, "down"], cwd=REPO, capture_output=True, timeout=60)
-
-    def clean_up(self) -> None:
-        if not self.running() and not os.environ.get("KEEP_RAY_TMP"):
-            shutil.rmtree(self.directory, ignore_errors=True)
 
 
 @dataclass
@@ -283,11 +199,11 @@ class FakeKube:
             job = self._with_status(obj)
             if resource == "rayjobs":
                 out[name] = job
-            elif resource == "pods" and (pod := _head_pod(job)):
+            elif resource == "pods" and (pod := head_pod(job)):
                 out[pod["metadata"]["name"]] = pod
             elif resource == "workloads" and QUEUE_LABEL in job["metadata"].get("labels", {}):
-                workload = _workload(job)
-                out[workload["metadata"]["name"]] = workload
+                held = workload(job)
+                out[held["metadata"]["name"]] = held
         return out
 
     def _with_status(self, job: dict[str, Any]) -> dict[str, Any]:
@@ -462,43 +378,6 @@ def _target(parts: list[str]) -> tuple[str, str, str] | None:
     if len(rest) not in (2, 3) or rest[1] not in KINDS:
         return None
     return rest[1], rest[0], rest[2] if len(rest) == 3 else ""
-
-
-def _head_pod(job: dict[str, Any]) -> dict[str, Any] | None:
-    """KubeRay's head pod of the RayJob's RayCluster, once the status names the cluster."""
-    cluster = job.get("status", {}).get("rayClusterName")
-    if not cluster:
-        return None
-    name = job["metadata"]["name"]
-    labels = {"ray.io/cluster": cluster, "ray.io/node-type": "head", "ray.io/is-ray-node": "yes", "ray-tpu-gke/ray-cluster": name}
-    containers = [{"name": "ray-head", "image": "ray"}, {"name": SUBMITTER, "image": "ray"}]
-    return {
-        "kind": "Pod",
-        "apiVersion": "v1",
-        "metadata": {"name": f"{cluster}-head", "namespace": job["metadata"]["namespace"], "labels": labels},
-        "spec": {"containers": containers},
-        "status": {"phase": "Running"},
-    }
-
-
-def _workload(job: dict[str, Any]) -> dict[str, Any]:
-    """Kueue's Workload for a queued RayJob: pending while it is suspended, then admitted."""
-    meta = job["metadata"]
-    held = job["spec"].get("suspend", False)
-    condition = {
-        "type": "QuotaReserved",
-        "status": "False" if held else "True",
-        "reason": "Pending" if held else "QuotaReserved",
-        "message": "the fake Kueue holds it for a moment before admitting it" if held else "Quota reserved in ClusterQueue fake",
-    }
-    conditions = [condition] if held else [condition, {"type": "Admitted", "status": "True", "reason": "Admitted", "message": ""}]
-    return {
-        "kind": "Workload",
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "metadata": {"name": f"rayjob-{meta['name']}", "namespace": meta["namespace"], "labels": {JOB_UID_LABEL: meta["uid"]}},
-        "spec": {"queueName": meta["labels"][QUEUE_LABEL]},
-        "status": {"conditions": conditions},
-    }
 
 
 @contextlib.contextmanager

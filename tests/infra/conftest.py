@@ -113,17 +113,19 @@ def stacks(synth_outdir) -> dict[str, Synthesized]:
     return synthesized(synth_outdir, environment_names())
 
 
+def shared_dir(*parts: str) -> Path:
+    """A folder of ../shared, or a clean skip where it is absent."""
+    path = SHARED.joinpath(*parts)
+    if not path.is_dir():
+        pytest.skip(f"../shared/{'/'.join(parts)} is not here")
+    return path
+
+
 @pytest.fixture(scope="session")
 def kueue_crds() -> Path:
-    path = SHARED / "kueue" / "crds"
-    if not path.is_dir():
-        pytest.skip("../shared/kueue/crds is not here")
-    return path
+    return shared_dir("kueue", "crds")
 
 
 @pytest.fixture(scope="session")
 def crds() -> Path:
-    path = SHARED / "kuberay" / "crds"
-    if not path.is_dir():
-        pytest.skip("../shared/kuberay/crds is not here")
-    return path
+    return shared_dir("kuberay", "crds")
