@@ -70,7 +70,21 @@ def printed_rayjob(tmp_path: Path, job: str, name: str, *job_args: str) -> Path:
         "slice_groups: [{name: v6e-2x2, generation: v6e, topology: 2x2, rayjob_slices: 1}]\n"
         "ray: {job_env_vars: {RAYJOB_TEST: '1'}}\n"
     )
-    cmd = [sys.executable, "-m", "jobs.submit", job, "--env", str(env_file), "--tpu-image", OURS, "--print-rayjob", "--name", name, "--", *job_args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "jobs.submit",
+        job,
+        "--env",
+        str(env_file),
+        "--tpu-image",
+        OURS,
+        "--print-rayjob",
+        "--name",
+        name,
+        "--",
+        *job_args,
+    ]
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     path = tmp_path / f"{name}.yaml"
