@@ -20,7 +20,7 @@ unexport TF_CLI_CONFIG_FILE
 
 SETUP_STAMPS := $(VENV)/.installed .venv-checkov/.installed node_modules/.installed
 
-.PHONY: serve-setup serve-demo serve-smoke serve-deploy
+.PHONY: serve-setup serve-demo serve-smoke serve-deploy finetune-demo
 .PHONY: images rayjob kueue
 .PHONY: help setup lint demo test test-fast test-slow test-all synth plan deploy deploy-ci destroy manifests show checkov bench clean \
 	credentials apply-manifests submit smoke doctor state-bucket
@@ -146,6 +146,12 @@ serve-demo: setup serve-setup ## train a model on the simulated slice and export
 	test -f $(SERVE_MODEL)/config.json || $(PY) -m jobs.demo --export $(SERVE_MODEL) --train-steps 60
 	.venv-serve/bin/python -m jobs.serve_demo --model-dir $(SERVE_MODEL)
 
+FINETUNED_MODEL := build/serve/finetuned-llama
+finetune-demo: setup serve-setup ## fine-tune the model serve-demo exports on the simulated slice (--init-from), export it, serve it with vLLM
+	test -f $(SERVE_MODEL)/config.json || $(PY) -m jobs.demo --export $(SERVE_MODEL) --train-steps 60
+	$(PY) -m jobs.demo --init-from $(SERVE_MODEL) --export $(FINETUNED_MODEL) --train-steps 20
+	.venv-serve/bin/python -m jobs.serve_demo --model-dir $(FINETUNED_MODEL)
+
 serve-smoke: setup serve-setup ## query ENV's deployed RayService (OpenAI API) through a port-forward
 	.venv-serve/bin/python -m jobs.serve_smoke --env $(ENV)
 
@@ -159,10 +165,11 @@ show: setup ## summarise what ENV declares
 checkov: synth ## checkov on every synthesized stack (justified skips: infra/checkov_scan.py)
 	$(PY) -m infra.checkov_scan $(CDKTF_OUT) $(CHECKOV)
 
-bench: setup serve-setup ## benchmarks: synth vs bare provider import, jobs vs bare JAX/Ray, real text vs synthetic, checkpoint stall, Serve vs bare vLLM, GPU MFU
+bench: setup serve-setup ## benchmarks: synth vs bare provider import, jobs vs bare JAX/Ray, real text vs synthetic, checkpoint stall, HF import vs bare read, Serve vs bare vLLM, GPU MFU
 	$(PY) bench/synth_bench.py
 	$(PY) bench/jobs_bench.py
 	$(PY) bench/checkpoint_bench.py
+	$(PY) bench/import_bench.py
 	@if command -v nvidia-smi >/dev/null 2>&1; then $(PY) bench/gpu_mfu.py; \
 	else echo "gpu bench: no NVIDIA GPU here (bench/gpu_mfu.py: the 1B step's MFU where there is one)"; fi
 	.venv-serve/bin/python bench/serve_bench.py

@@ -10,6 +10,12 @@ account: a few minutes on a 2-core laptop. Exit status 0 when both jobs succeed.
 `--export DIR` (what `make serve-demo` runs first) trains on the corpus the repo ships, with its
 tokenizer, a model vLLM's CPU backend serves, then writes it to DIR as a Hugging Face model
 (`python -m jobs.export`).
+
+`--init-from MODEL --export DIR` (what `make finetune-demo` runs first) fine-tunes MODEL (a Hugging
+Face Llama directory: the one `make serve-demo` exports) instead, with `jobs.train --init-from`, on
+one short document repeated (jobs.train.loss_check), and exports the result to DIR. It also runs one
+step from random parameters on the same data, and computes (in JAX, here) the source model's loss
+on the step's batch: the fine-tune's step-1 loss must equal it, the from-scratch one must not.
 """
 
 from __future__ import annotations
@@ -69,6 +75,50 @@ def run_job(client, name: str, entrypoint: str, runtime_env: dict, marker: str, 
 
 
 EXPORT_DATA = "jobs/train/assets/corpus.jsonl"  # relative: the job runs in the uploaded working dir
+# The fine-tune's step-1 loss equals the source model's on its batch up to float32 summation order
+# (16 devices vs one); a from-scratch run's is farther than this from it.
+LOSS_RTOL, SCRATCH_MIN_GAP = 1e-4, 0.05
+
+
+@dataclass(frozen=True)
+class FineTune:
+    """What `--init-from` sets up: the source, the corpus, the flags of the fine-tune and of the
+    from-scratch run, and the source model's loss on the batch every step reads."""
+
+    source: Path
+    train_flags: str
+    scratch_flags: str
+    source_loss: float
+
+    def verdict(self, tuned: JobOutcome | None, scratch: JobOutcome | None) -> tuple[bool, str]:
+        """Whether the step-1 losses say what they must, and the line that says it."""
+        first = lambda job: (job.result or {}).get("first_loss") if job and job.ok else None  # noqa: E731
+        a, b, c = first(tuned), self.source_loss, first(scratch)
+        if a is None or c is None:
+            return False, "a run did not finish"
+        ok = abs(a - b) <= LOSS_RTOL * max(1.0, abs(b)) and abs(c - b) > SCRATCH_MIN_GAP
+        return ok, f"fine-tune {a:.5f} = source model {b:.5f} on that batch; from scratch {c:.5f}"
+
+
+def fine_tune(init_from: str, corpus: Path) -> FineTune:
+    """The fine-tune of the Hugging Face directory `init_from` on a repeated document written to
+    `corpus` (absolute paths: the simulated hosts share this machine's files)."""
+    from jobs.train import hf, hf_import, loss_check, text
+
+    source = Path(init_from).resolve()
+    cfg, _ = hf.parse_config(hf_import.read_config(str(source)))
+    tokenizer = source / hf_import.TOKENIZER_FILE
+    _, tok = text.load_tokenizer(str(tokenizer))
+    document, seq_len, row = loss_check.repeated_row(tok, text.eos_id(tok, str(tokenizer)), cfg.seq_len)
+    loss_check.write_corpus(corpus, document)
+    data = f"--data {corpus} --seq-len {seq_len} --batch-size 32"
+    shape = f"--d-model {cfg.d_model} --layers {cfg.n_layers} --heads {cfg.n_heads} --kv-heads {cfg.n_kv_heads} --d-ff {cfg.d_ff} --vocab {cfg.vocab}"
+    return FineTune(
+        source=source,
+        train_flags=f"--init-from {source} {data} --warmup-steps 3 --learning-rate 0.002",
+        scratch_flags=f"--tokenizer {tokenizer} {shape} {data} --warmup-steps 1",
+        source_loss=loss_check.source_loss(str(source), row),
+    )
 
 
 def export_run(storage_path: str, run: str, out: str, echo) -> bool:
@@ -105,6 +155,7 @@ def _summary_table(
     timings: dict[str, float],
     auth: str | None = None,
     exported: tuple[str, bool] | None = None,
+    losses: tuple[bool, str] | None = None,
 ):
     from rich.table import Table
 
@@ -134,6 +185,8 @@ def _summary_table(
             else "no result"
         )
         table.add_row("train job", tr.status, f"{details} ({tr.seconds:.0f} s)")
+    if losses is not None:
+        table.add_row("step-1 loss", "ok" if losses[0] else "FAILED", losses[1])
     if exported is not None:
         table.add_row("export", "ok" if exported[1] else "FAILED", exported[0])
     if "down" in timings:
@@ -154,17 +207,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--state-dir", default=str(local.DEFAULT_STATE_DIR))
     parser.add_argument("--keep-cluster", action="store_true", help="leave the simulated slice running")
     parser.add_argument("--export", default=None, metavar="DIR", help="train on the shipped corpus and export the model to DIR")
+    parser.add_argument(
+        "--init-from", default=None, metavar="MODEL", help="with --export: fine-tune this Hugging Face Llama directory instead"
+    )
     args, target = cli.parse(parser, argv)
     problem = local.state_dir_problem(args.state_dir)
     if problem:  # a bad flag: say so before anything starts
         parser.error(f"argument --state-dir: {problem}")
+    if args.init_from and not args.export:
+        parser.error("argument --init-from: needs --export DIR (where the fine-tuned model goes)")
+    if args.init_from and not (Path(args.init_from) / "config.json").is_file():
+        parser.error(f"argument --init-from: {args.init_from} has no config.json (`make serve-demo` exports one)")
+    tune = None
+    if args.init_from:  # before anything starts: a model that does not import is a bad flag
+        try:
+            tune = fine_tune(args.init_from, Path(args.export).resolve().parent / "finetune-corpus.jsonl")
+        except (ValueError, OSError) as err:  # HFConfigError, HFImportError, DataError are ValueErrors
+            parser.error(f"argument --init-from: {err}")
     use_environment(local.ray_env(Path(args.state_dir).resolve()))  # for the Jobs client too
     console = Console()
     shape = target.shape
     flags = f"--generation {shape.generation.name} --topology {shape.topology} --slices {target.slices} --reserve-timeout {target.reserve_timeout_s:.0f}"
     timings: dict[str, float] = {}
-    hc = tr = None
+    hc = tr = scratch = None
     exported: bool | None = None
+    losses = None
     cluster = None
     auth: str | None = None
     try:
@@ -188,11 +255,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         console.rule("train")
         run = f"demo-{uuid.uuid4().hex[:6]}"
         train_flags = f"{flags} --steps {args.train_steps} --checkpoint-every {max(1, args.train_steps // 2)} --name {run} "
-        if args.export:  # real text, and a head dim vLLM's CPU attention takes (the tiny preset's 64)
+        if tune is not None:
+            train_flags += tune.train_flags
+        elif args.export:  # real text, and a head dim vLLM's CPU attention takes (the tiny preset's 64)
             train_flags += f"--data {EXPORT_DATA} --seq-len 128 --batch-size 32 --warmup-steps 3 --learning-rate 0.005"
         else:
             train_flags += "--d-model 64 --layers 2 --seq-len 32 --batch-size 32 --warmup-steps 2 --learning-rate 0.01"
         tr = run_job(client, "train", f"python -m jobs.train {train_flags}", runtime_env, "TRAIN", args.job_timeout, echo)
+        if tune is not None:
+            console.rule("one step from random parameters, on the same data")
+            scratch_flags = f"{flags} --steps 1 --name {run}-scratch {tune.scratch_flags}"
+            scratch = run_job(client, "scratch", f"python -m jobs.train {scratch_flags}", runtime_env, "TRAIN", args.job_timeout, echo)
+            losses = tune.verdict(tr, scratch)
         if args.export and tr.ok:
             console.rule(f"export to {args.export}")
             exported = export_run(cluster.storage_path, run, args.export, echo)
@@ -208,10 +282,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 started = time.monotonic()
                 local.down(args.state_dir)
                 timings["down"] = time.monotonic() - started
-        console.print(_summary_table(hc, tr, timings, auth, (args.export, exported) if exported is not None else None))
+        console.print(_summary_table(hc, tr, timings, auth, (args.export, exported) if exported is not None else None, losses))
     if args.keep_cluster and cluster is not None:
         console.print(f"cluster left running at {cluster.dashboard_url}; `python -m jobs.local down --state-dir {args.state_dir}` stops it")
     ok = hc and tr and hc.ok and tr.ok and auth is not None and auth.startswith("on")
+    ok = ok and (losses is None or losses[0])
     return 0 if ok and exported is not False and (exported or not args.export) else 1
 
 

@@ -12,7 +12,7 @@ from typing import Any
 from jobs import cli
 from jobs.runtime import storage
 from jobs.runtime.reruns import RetryBudget
-from jobs.train import text
+from jobs.train import hf, hf_import, text
 from jobs.train.model import PRESETS, ModelConfig, param_count, with_overrides
 
 STORAGE_ENV = "JOBS_STORAGE_PATH"
@@ -40,6 +40,7 @@ class TrainConfig:
     run_name: str = ""  # ...listed to resume from the newest whole one
     data: str = ""  # training text (jobs.train.text); "" for synthetic tokens
     tokenizer: str = ""  # its tokenizer.json (rank 0 keeps a copy in the run directory for jobs.export)
+    init_from: str = ""  # a Hugging Face Llama directory the run starts from when it has no checkpoint
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
@@ -140,7 +141,7 @@ def _parser() -> cli.JobArgumentParser:
     g = p.add_argument_group("training")
     g.add_argument("--steps", type=cli.positive_int, default=50, help="train until this step (default 50)")
     g.add_argument("--batch-size", type=cli.positive_int, default=64, help="global batch in sequences (default 64)")
-    g.add_argument("--learning-rate", type=cli.positive_number, default=3e-3)
+    g.add_argument("--learning-rate", type=learning_rate, default=3e-3, help="peak learning rate (default 3e-3; 0 checks an import)")
     g.add_argument("--warmup-steps", type=cli.positive_int, default=5)
     g.add_argument("--checkpoint-every", type=cli.positive_int, default=10, metavar="STEPS")
     g.add_argument("--fsdp", type=cli.positive_int, default=None, help="parameter-sharding axis size (default: every chip of a slice)")
@@ -161,14 +162,21 @@ def _parser() -> cli.JobArgumentParser:
         metavar="PATH",
         help="a Hugging Face tokenizer.json, local or gs:// (default with --data: the one the repo ships); sets --vocab",
     )
+    g.add_argument(
+        "--init-from",
+        default=None,
+        metavar="DIR",
+        help="start from this Hugging Face Llama directory, local or gs:// (its config.json is the model's shape; "
+        "its tokenizer.json the default --tokenizer); a run with a checkpoint resumes from it instead",
+    )
     g.add_argument("--matmul-baseline", type=int, default=0, metavar="SIZE", help=argparse.SUPPRESS)  # bench/jobs_bench.py
     cli.add_fault_flags(p, step_timeout_s=DEFAULT_STEP_TIMEOUT_S)
     m = p.add_argument_group("model (a Llama-architecture decoder: jobs/train/model.py)")
     m.add_argument(
         "--preset",
         choices=sorted(PRESETS, key=lambda n: param_count(PRESETS[n])),
-        default="tiny",
-        help="model size (default tiny); the flags below override its fields",
+        default=None,
+        help="model size (default tiny; none with --init-from); the flags below override its fields",
     )
     m.add_argument("--seq-len", type=cli.positive_int, default=None)
     m.add_argument("--d-model", type=cli.positive_int, default=None)
@@ -180,10 +188,46 @@ def _parser() -> cli.JobArgumentParser:
     return p
 
 
+def learning_rate(text_: str) -> float:
+    """0 or more: a run at 0 checks an import (its loss stays the source model's)."""
+    if text_.strip() in ("0", "0.0", "0e0"):
+        return 0.0
+    return cli.positive_number(text_)
+
+
+# Our shape flags -> (ModelConfig field, config.json key), for --init-from.
+SHAPE_FLAGS = {
+    "vocab": ("vocab", "vocab_size"),
+    "d_model": ("d_model", "hidden_size"),
+    "layers": ("n_layers", "num_hidden_layers"),
+    "heads": ("n_heads", "num_attention_heads"),
+    "kv_heads": ("n_kv_heads", "num_key_value_heads"),
+    "d_ff": ("d_ff", "intermediate_size"),
+}
+
+
+def imported_model_config(args: argparse.Namespace, config: dict[str, Any], where: str) -> ModelConfig:
+    """The model of a Hugging Face `config.json` (--init-from); ValueError names the flag or key
+    that disagrees with it (pure)."""
+    try:
+        model, _ = hf.parse_config(config)
+    except hf.HFConfigError as err:
+        raise ValueError(f"argument --init-from: {where}: {err}") from None
+    for flag, (name, key) in SHAPE_FLAGS.items():
+        given = getattr(args, flag)
+        if given is not None and given != getattr(model, name):
+            raise ValueError(f"argument --{flag.replace('_', '-')}: {given} disagrees with {key} {getattr(model, name)} in {where}")
+    if args.seq_len is not None:  # shorter sequences than the model was made for are fine
+        if args.seq_len > model.seq_len:
+            raise ValueError(f"argument --seq-len: {args.seq_len} is longer than max_position_embeddings {model.seq_len} in {where}")
+        model = replace(model, seq_len=args.seq_len)
+    return model
+
+
 def model_config(args: argparse.Namespace) -> ModelConfig:
     """The preset with the shape flags given; ValueError says which rule a combination breaks."""
     return with_overrides(
-        PRESETS[args.preset],
+        PRESETS[args.preset or "tiny"],
         vocab=args.vocab,
         seq_len=args.seq_len,
         d_model=args.d_model,
@@ -202,12 +246,32 @@ def parse_config(
     data path listed."""
     parser = _parser()
     args, target = cli.parse(parser, argv)
-    try:
-        model = model_config(args)
-    except ValueError as err:
-        flag = "--kv-heads" if "n_kv_heads" in str(err) else "--heads"
-        parser.error(f"argument {flag}: {err}")
+    if args.init_from and args.preset:
+        parser.error("argument --preset: not with --init-from (the model's shape is the directory's config.json)")
+    if args.init_from and read_files:
+        args.init_from = storage.join(args.init_from)  # as the job's working directory sees it
+        where = storage.join(args.init_from, hf_import.CONFIG_FILE)
+        try:
+            model = imported_model_config(args, hf_import.read_config(args.init_from), where)
+            if not storage.is_remote(args.init_from):  # headers only: a wrong tensor fails here, not on the slice
+                hf_import.check_headers(args.init_from, model)
+        except (hf_import.HFImportError, storage.StorageError) as err:
+            parser.error(f"argument --init-from: {err}")
+        except ValueError as err:
+            parser.error(str(err))
+    else:  # (jobs.submit's check without the files: the job itself reads the model's shape)
+        try:
+            model = model_config(args)
+        except ValueError as err:
+            flag = "--kv-heads" if "n_kv_heads" in str(err) else "--heads"
+            parser.error(f"argument {flag}: {err}")
     tokenizer = args.tokenizer or (str(text.TOKENIZER) if args.data else "")
+    if args.init_from and not args.tokenizer and read_files:  # the model's own tokenizer, never the shipped one
+        own = storage.join(args.init_from, hf_import.TOKENIZER_FILE)
+        if storage.exists(own):
+            tokenizer = own
+        elif args.data:
+            parser.error(f"argument --init-from: {args.init_from} has no tokenizer.json for --data; pass --tokenizer")
     if read_files:  # local paths as the job's working directory sees them, before anything moves it
         tokenizer = tokenizer and storage.join(tokenizer)
         args.data = args.data and storage.join(args.data)
@@ -218,7 +282,11 @@ def parse_config(
         except text.DataError as err:
             parser.error(f"argument --tokenizer: {err}")
         size = tok.get_vocab_size()
-        if args.vocab is None:
+        if args.init_from and size > model.vocab:
+            parser.error(f"argument --tokenizer: its {size} tokens are more than vocab_size {model.vocab} of --init-from {args.init_from}")
+        elif args.init_from:
+            pass  # the model's vocab is its config.json's
+        elif args.vocab is None:
             model = replace(model, vocab=size)
         elif args.vocab < size:
             parser.error(f"argument --vocab: {args.vocab} is smaller than the {size} tokens of --tokenizer {tokenizer}")
@@ -250,6 +318,7 @@ def parse_config(
         step_timeout_s=args.step_timeout,
         data=args.data or "",
         tokenizer=tokenizer,
+        init_from=args.init_from or "",
     )
     name = args.name or f"train-{target.shape.pod_type}-x{target.slices}"
     return target, config, name, storage_path, RetryBudget.from_args(args)

@@ -48,6 +48,12 @@ class ModelConfig:
     d_ff: int = 384
     rope_theta: float = 10_000.0
     norm_eps: float = 1e-5
+    # Llama 3's rotary frequency scaling (`rope_type: llama3` in config.json; 0: none): low
+    # frequencies divided by the factor, high ones kept, the band between interpolated.
+    rope_factor: float = 0.0
+    rope_low_freq_factor: float = 1.0
+    rope_high_freq_factor: float = 4.0
+    rope_original_max_positions: int = 0
     # Recompute each layer's activations in the backward pass instead of keeping them: the big
     # presets' activations would not fit in HBM otherwise (jax.checkpoint; ~1/3 more compute).
     remat: bool = False
@@ -65,7 +71,16 @@ class ModelConfig:
         return self.d_model // self.n_heads
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The fields (a checkpoint's meta); the rope scaling ones only when it is on, so a
+        checkpoint written before they existed still matches its model."""
+        fields = asdict(self)
+        if not self.rope_factor:
+            for key in ROPE_SCALING_FIELDS:
+                del fields[key]
+        return fields
+
+
+ROPE_SCALING_FIELDS = ("rope_factor", "rope_low_freq_factor", "rope_high_freq_factor", "rope_original_max_positions")
 
 
 # Size presets (`jobs.train --preset NAME`; the shape flags override them). `tiny` trains in seconds
@@ -175,12 +190,32 @@ def rms_norm(x, scale, eps: float):
     return (x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)).astype(x.dtype) * scale
 
 
-def rope_tables(seq: int, head_dim: int, theta: float):
-    """cos and sin [seq, head_dim] for rotary positions, in Hugging Face Llama's layout (pure)."""
+def inv_frequencies(cfg: ModelConfig) -> np.ndarray:
+    """The rotary inverse frequencies [head_dim / 2] (float32), with Llama 3's scaling when the
+    config has it: transformers' `_compute_llama3_parameters`, step for step and in float32 as it
+    computes them, so that the logits agree to float32 rounding (pure)."""
+    hd = cfg.head_dim
+    inv_freq = (1.0 / (np.float32(cfg.rope_theta) ** (np.arange(0, hd, 2, dtype=np.float32) / np.float32(hd)))).astype(np.float32)
+    if not cfg.rope_factor:
+        return inv_freq
+    factor, low, high = cfg.rope_factor, cfg.rope_low_freq_factor, cfg.rope_high_freq_factor
+    old_context = cfg.rope_original_max_positions
+    wavelen = 2 * np.pi / inv_freq
+    scaled = np.where(wavelen > old_context / low, inv_freq / factor, inv_freq)
+    smooth = (old_context / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelen < old_context / high) & ~(wavelen > old_context / low)
+    return np.where(medium, smoothed, scaled).astype(np.float32)
+
+
+def rope_tables(seq: int, head_dim: int, theta: float, inv_freq: np.ndarray | None = None):
+    """cos and sin [seq, head_dim] for rotary positions, in Hugging Face Llama's layout (pure);
+    `inv_freq` (`inv_frequencies`) overrides the unscaled frequencies of `theta`."""
     import jax.numpy as jnp
 
-    inv_freq = 1.0 / (theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim))
-    angles = jnp.outer(jnp.arange(seq, dtype=jnp.float32), inv_freq)
+    if inv_freq is None:
+        inv_freq = inv_frequencies(ModelConfig(d_model=head_dim, n_heads=1, n_kv_heads=1, rope_theta=theta))
+    angles = jnp.outer(jnp.arange(seq, dtype=jnp.float32), jnp.asarray(inv_freq))
     angles = jnp.concatenate([angles, angles], axis=-1)
     return jnp.cos(angles), jnp.sin(angles)
 
@@ -205,7 +240,7 @@ def forward(params: Params, tokens: jax.Array, cfg: ModelConfig, compute_dtype=N
     hd, heads, kv_heads = cfg.head_dim, cfg.n_heads, cfg.n_kv_heads
     group = heads // kv_heads
     x = params["embed"][tokens].astype(compute_dtype)
-    cos, sin = rope_tables(seq, hd, cfg.rope_theta)
+    cos, sin = rope_tables(seq, hd, cfg.rope_theta, inv_frequencies(cfg))
     causal = jnp.tril(jnp.ones((seq, seq), bool))
 
     def block(x, layer):

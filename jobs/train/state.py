@@ -14,7 +14,8 @@ from jobs.train.model import ModelConfig
 class ShardedState:
     """The sharded model, optimizer and compiled step of one worker."""
 
-    def __init__(self, config: TrainConfig):
+    def __init__(self, config: TrainConfig, *, initialize: bool = True):
+        """`initialize=False` leaves the parameters to `load` (a checkpoint) or `start_from`."""
         import jax
         import jax.numpy as jnp
         import numpy as np
@@ -22,7 +23,7 @@ class ShardedState:
         from jax.sharding import Mesh, NamedSharding
         from jax.sharding import PartitionSpec as P
 
-        from jobs.train.model import DATA_AXIS, FSDP_AXIS, batch_spec, init_params, make_optimizer, param_specs, train_step
+        from jobs.train.model import DATA_AXIS, FSDP_AXIS, batch_spec, init_params, make_optimizer, param_specs, shapes, train_step
 
         self.cfg = ModelConfig(**config.model)
         self.platform = jax.devices()[0].platform
@@ -41,10 +42,11 @@ class ShardedState:
         self.batch_sharding = NamedSharding(self.mesh, batch_spec())
         replicated = NamedSharding(self.mesh, P())
 
-        initial = init_params(self.cfg, config.seed)  # numpy, identical on every host
-        param_sharding = jax.tree.map(lambda s: NamedSharding(self.mesh, s), param_specs(initial, fsdp))
-        self.params = jax.tree.map(_shard, initial, param_sharding)
-        abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), initial)
+        # Shardings from the shapes alone: a run that restores a checkpoint or imports a model
+        # (`start_from`) never builds the random parameters it would throw away.
+        abstract = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s, np.float32), shapes(self.cfg), is_leaf=lambda s: isinstance(s, tuple))
+        param_sharding = jax.tree.map(lambda s: NamedSharding(self.mesh, s), param_specs(abstract, fsdp))
+        self.param_sharding = param_sharding
         self.optimizer = make_optimizer(config.learning_rate, config.warmup_steps, config.steps)
         # Optimizer moments take their parameter's sharding; scalars (step counts) are replicated.
         opt_sharding = optax.tree_map_params(
@@ -54,7 +56,15 @@ class ShardedState:
             param_sharding,
             transform_non_params=lambda _: replicated,
         )
-        self.opt_state = jax.jit(self.optimizer.init, out_shardings=opt_sharding)(self.params)
+        self._abstract = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, param_sharding)
+        self._abstract_opt = jax.tree.map(
+            lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), jax.eval_shape(self.optimizer.init, abstract), opt_sharding
+        )
+        self._init_opt = jax.jit(self.optimizer.init, out_shardings=opt_sharding)
+        self.params: Any = None
+        self.opt_state: Any = None
+        if initialize:
+            self.start_from(init_params(self.cfg, config.seed))  # numpy, identical on every host
 
         self._step = jax.jit(
             train_step(self.optimizer, self.cfg, self.compute_dtype),
@@ -75,12 +85,17 @@ class ShardedState:
     def abstract(self) -> tuple[Any, Any]:
         """The parameters' and optimizer state's shapes, dtypes and shardings: where a restore
         puts each shard."""
+        return self._abstract, self._abstract_opt
+
+    def start_from(self, params: Any) -> None:
+        """Fresh training from `params`: host arrays every process holds in full (placed here), or
+        global arrays already in `param_sharding` (an import); a new optimizer state."""
         import jax
 
-        def spec(a):
-            return jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding)
-
-        return jax.tree.map(spec, self.params), jax.tree.map(spec, self.opt_state)
+        if not isinstance(jax.tree.leaves(params)[0], jax.Array):
+            params = jax.tree.map(_shard, params, self.param_sharding)
+        self.params = params
+        self.opt_state = self._init_opt(params)
 
     def load(self, params: Any, opt_state: Any) -> None:
         """Take restored parameters and optimizer state (already placed: see `abstract`)."""

@@ -13,10 +13,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, replace
 from typing import Any
 
-from jobs.runtime import progress
+from jobs.runtime import progress, storage
 from jobs.train import checkpoints
 from jobs.train.config import StepMetrics, TrainConfig, mfu
-from jobs.train.model import flops_per_token, param_count
+from jobs.train.model import flops_per_token, init_params, param_count
 from jobs.train.state import ShardedState
 from jobs.train.text import DataError
 
@@ -62,7 +62,7 @@ def _train(config: TrainConfig, rank: int, watchdog: progress.StepWatchdog, time
     pool = ThreadPoolExecutor(1)
     try:
         first_batch = pool.submit(next, batches, None)
-        state = ShardedState(config)
+        state = ShardedState(config, initialize=False)  # parameters: a checkpoint's, else an import's or random
         timeline["state_built_at"] = time.time()
         first = first_batch.result(timeout=DATA_TIMEOUT_S)  # bounded; raises TimeoutError
     finally:
@@ -73,8 +73,6 @@ def _train(config: TrainConfig, rank: int, watchdog: progress.StepWatchdog, time
 
     logging.getLogger("absl").setLevel(logging.WARNING)  # Orbax narrates every save at INFO
     root = checkpoints.run_root(config.storage_path, config.run_name)
-    if rank == 0 and config.tokenizer:
-        checkpoints.keep_tokenizer(root, config.tokenizer)
     manager = checkpoints.open_manager(root)
     abstract_params, abstract_opt_state = state.abstract()
     found = checkpoints.restore_newest(
@@ -86,13 +84,33 @@ def _train(config: TrainConfig, rank: int, watchdog: progress.StepWatchdog, time
         start_step = found.step
         say(f"[train] resumed from the checkpoint at step {start_step} ({found.where})")
         watchdog.beat("restored")
+    elif config.init_from:  # only a run without a checkpoint imports: a rerun resumes what it trained
+        from jobs.train import hf_import
 
+        say(f"[train] importing {config.init_from} ({hf_import.cache_note(config.init_from)})")
+        stats = hf_import.ImportStats()
+        state.start_from(hf_import.import_checkpoint(config.init_from, state.cfg, state.param_sharding, stats))
+        say(f"[train] imported {stats.bytes_read / 2**20:,.1f} MiB onto this host's devices in {stats.seconds:.1f} s")
+        watchdog.beat("imported")
+    else:
+        state.start_from(init_params(state.cfg, config.seed))
+
+    # A run keeps its tokenizer when it starts; a resumed one already has it, and must not need
+    # the path it came from (an --init-from directory's, possibly gone by the rerun).
+    if rank == 0 and config.tokenizer and not (found and storage.exists(storage.join(root, checkpoints.TOKENIZER_FILE))):
+        checkpoints.keep_tokenizer(root, config.tokenizer)
     if start_step >= config.steps:
         say(f"[train] the checkpoint is already at step {start_step}; nothing to do")
         ray.train.report({"step": start_step, "start_step": start_step, "already_done": True})
         manager.close()
         return
 
+    # What the checkpoint's meta records: the tokenizer (for jobs.export) and the model it was
+    # initialized from; a resumed run keeps its first run's note.
+    notes = {"tokenizer": config.tokenizer}
+    init_from = found.meta.get("init_from", "") if found else config.init_from
+    if init_from:
+        notes["init_from"] = init_from
     tokens_per_step = config.global_batch * state.cfg.seq_len
     model_flops = flops_per_token(state.cfg) * tokens_per_step
     losses: list[float] = []
@@ -139,7 +157,7 @@ def _train(config: TrainConfig, rank: int, watchdog: progress.StepWatchdog, time
             )
             committed = saved  # save() below waits for the previous save: that one is then committed
             begin = time.perf_counter()
-            checkpoints.save(manager, step + 1, state.params, state.opt_state, state.cfg.to_dict(), tokenizer=config.tokenizer)
+            checkpoints.save(manager, step + 1, state.params, state.opt_state, state.cfg.to_dict(), **notes)
             saved = step + 1
             stalls.append(time.perf_counter() - begin)  # what the loop waits for; the writing goes on
             if done:
