@@ -70,7 +70,7 @@ test: setup serve-setup lint ## lint, then every test but the slow ones (about 1
 test-fast: setup ## the tests that need no synth, no Ray cluster and no vLLM (a few minutes)
 	$(PY) -m pytest -m "not synth and not cluster and not vllm and not slow"
 
-test-slow: setup serve-setup ## the slow tests alone: whole training runs (with a host killed or wedged), vLLM end to end and `make demo` (about 17 minutes)
+test-slow: setup serve-setup ## the slow tests alone: whole training runs (with a host killed or wedged, or from an imported model), vLLM end to end, `make demo`, RayJob deadlines and Ctrl-C (tens of minutes)
 	$(call PYTEST,-m slow)
 
 test-all: setup serve-setup lint ## lint, then every test

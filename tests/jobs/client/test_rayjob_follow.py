@@ -259,6 +259,7 @@ def test_a_queued_healthcheck_runs_to_success_with_its_logs(fake, env_files):
 
 
 @pytest.mark.cluster
+@pytest.mark.slow  # keeps make test under 12 minutes on 2 cores; make test-slow runs it
 def test_a_deadline_that_passes_while_the_cluster_comes_up_fails_the_job_with_1(fake, env_files):
     # A Ray head takes longer than 3 s to start: KubeRay's preRunningDeadlineSeconds passes first.
     cmd = submit_cmd(env_files["plain"], "--name", "hc-late", "--pre-running-deadline", "3")
@@ -277,6 +278,7 @@ def test_a_deadline_that_passes_while_the_cluster_comes_up_fails_the_job_with_1(
 
 
 @pytest.mark.cluster
+@pytest.mark.slow  # keeps make test under 12 minutes on 2 cores; make test-slow runs it
 def test_ctrl_c_while_running_deletes_the_rayjob_and_exits_130(fake, env_files):
     # Enough all-reduces to keep it running well past the Ctrl-C.
     cmd = submit_cmd(env_files["kueue"], "--name", "hc-stop", job_args=("--reserve-timeout", "120", "--iters", "100000"))

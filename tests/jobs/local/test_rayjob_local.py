@@ -138,6 +138,7 @@ def test_a_rayjob_past_its_active_deadline_is_stopped_and_leaves_nothing(state_d
     assert_nothing_left(state_dir, marker)
 
 
+@pytest.mark.slow  # keeps make test under 12 minutes on 2 cores; make test-slow runs it
 def test_a_rayjob_past_its_pre_running_deadline_fails_while_its_cluster_comes_up(state_dir, tmp_path):
     job = write(tmp_path / "early.yaml", rayjob("early", preRunningDeadlineSeconds=1))
     status_file = tmp_path / "status.jsonl"
