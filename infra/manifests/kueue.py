@@ -30,8 +30,9 @@ TPU_RESOURCE = "google.com/tpu"
 COVERED = ["cpu", "memory", TPU_RESOURCE]
 PROVISIONING_CONTROLLER = "kueue.x-k8s.io/provisioning-request"  # v1beta2 ProvisioningRequestControllerName
 PROVISIONING_CLASS = "queued-provisioning.gke.io"
-# What KubeRay's SidecarMode submitter requests (common/job.go GetDefaultSubmitterContainer, limits
-# 1 CPU / 1Gi): Kueue adds it to the head's PodSet, so the CPU quota counts it per job.
+# KubeRay's SidecarMode submitter (common/job.go GetDefaultSubmitterContainer: requests 500m / 200Mi,
+# limits 1 CPU / 1Gi) joins the head's PodSet in Kueue (rayjob_controller.go:319-332); the CPU
+# flavor's quota counts its limits per job, which covers its requests.
 SUBMITTER_CPU, SUBMITTER_MEMORY = Decimal(1), Decimal(2**30)
 
 
