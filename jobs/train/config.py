@@ -190,8 +190,11 @@ def _parser() -> cli.JobArgumentParser:
 
 def learning_rate(text_: str) -> float:
     """0 or more: a run at 0 checks an import (its loss stays the source model's)."""
-    if text_.strip() in ("0", "0.0", "0e0"):
-        return 0.0
+    try:
+        if float(text_) == 0:  # any spelling of zero: 0, 0.0, 0e0, -0
+            return 0.0
+    except ValueError:
+        pass  # not a number: positive_number says so, naming what is valid
     return cli.positive_number(text_)
 
 
