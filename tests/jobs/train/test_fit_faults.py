@@ -45,6 +45,43 @@ def newest_checkpoint_step(run_dir: Path) -> int:
     return max(steps)
 
 
+class BackgroundFit:
+    """`run_training` on a thread of its own, so that a test can fault a host while it trains."""
+
+    def __init__(self, argv: list[str]):
+        target, config, self.name, storage, budget = train_config.parse_config(argv)
+        self.outcome: dict = {}
+
+        def fit():
+            try:
+                self.outcome["report"] = train_fit.run_training(target, config, self.name, storage, budget, log=lambda line: None)
+            except BaseException as err:
+                self.outcome["error"] = err
+
+        self.runner = threading.Thread(target=fit, daemon=True)
+        self.runner.start()
+
+    def checkpointed(self, run_dir: Path, step: int, steps: int) -> int:
+        """Wait (300 s at most) for a committed checkpoint at `step` or later, while training goes
+        on; the newest committed step then."""
+        deadline = time.monotonic() + 300
+        while newest_checkpoint_step(run_dir) < step and self.runner.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert self.runner.is_alive(), f"training ended before the host could be killed: {self.outcome}"
+        at = newest_checkpoint_step(run_dir)
+        assert 0 < at < steps
+        return at
+
+    def report(self, timeout_s: float = 400):
+        """The run's report once it ends (within `timeout_s` of the fault), which must be ok."""
+        self.runner.join(timeout=timeout_s)
+        assert not self.runner.is_alive(), f"training did not finish within {timeout_s:.0f} s of the host loss"
+        assert "error" not in self.outcome, self.outcome.get("error")
+        report = self.outcome["report"]
+        assert report.ok, report.describe()
+        return report
+
+
 def test_a_killed_host_mid_training_restarts_from_the_newest_checkpoint(sim, tmp_path):
     argv = [
         *("--generation", "v6e", "--topology", "4x4", "--name", "ft", "--storage", str(tmp_path)),
@@ -52,32 +89,13 @@ def test_a_killed_host_mid_training_restarts_from_the_newest_checkpoint(sim, tmp
         *("--learning-rate", "0.02", "--warmup-steps", "1"),
         *TINY,
     ]
-    target, config, name, storage, budget = train_config.parse_config(argv)
-    outcome: dict = {}
-
-    def fit():
-        try:
-            outcome["report"] = train_fit.run_training(target, config, name, storage, budget, log=lambda line: None)
-        except BaseException as err:
-            outcome["error"] = err
-
-    runner = threading.Thread(target=fit, daemon=True)
-    runner.start()
-    deadline = time.monotonic() + 300
-    while newest_checkpoint_step(tmp_path / name) < EVERY and runner.is_alive() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert runner.is_alive(), f"training ended before the host could be killed: {outcome}"
-    at_kill = newest_checkpoint_step(tmp_path / name)
-    assert 0 < at_kill < STEPS
+    fit = BackgroundFit(argv)
+    at_kill = fit.checkpointed(tmp_path / fit.name, EVERY, STEPS)
 
     sim.kill_host(SHARED_SLICE, 2)
     sim.add_host(SimHost(SHAPE, SHARED_SLICE, 2))  # GKE recreates the VM
 
-    runner.join(timeout=400)
-    assert not runner.is_alive(), "training did not finish within 400 s of the host loss"
-    assert "error" not in outcome, outcome.get("error")
-    report = outcome["report"]
-    assert report.ok, report.describe()
+    report = fit.report()
     first, second = report.attempts
     assert isinstance(first.outcome, HostLost) and f"worker 2 of slice {SHARED_SLICE}" in first.outcome.reason
     assert isinstance(second.outcome, Succeeded)

@@ -9,8 +9,6 @@ import json
 import shutil
 import subprocess
 import sys
-import threading
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,7 +23,7 @@ from jobs.train import config as train_config
 from jobs.train import fit as train_fit
 from jobs.train.model import ModelConfig, init_params, loss_fn
 from tests.jobs.sim import SHARED_SLICE, SimHost
-from tests.jobs.train.test_fit_faults import newest_checkpoint_step
+from tests.jobs.train.test_fit_faults import BackgroundFit
 
 # Three Ray Train runs (one, then two around a killed host): about 5 minutes on 2 cores.
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -119,34 +117,16 @@ def test_after_an_import_a_killed_host_resumes_from_the_checkpoint_not_the_impor
         "--steps", str(steps), "--checkpoint-every", str(every), "--max-preemptions", "1",
         "--learning-rate", "0.01", "--warmup-steps", "1",
     ]  # fmt: skip
-    target, config, name, storage, budget = train_config.parse_config(argv)
-    outcome: dict = {}
-
-    def fit():
-        try:
-            outcome["report"] = train_fit.run_training(target, config, name, storage, budget, log=lambda line: None)
-        except BaseException as err:
-            outcome["error"] = err
-
-    runner = threading.Thread(target=fit, daemon=True)
-    runner.start()
-    deadline = time.monotonic() + 300
-    while newest_checkpoint_step(tmp_path / name) < every and runner.is_alive() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert runner.is_alive(), f"training ended before the host could be killed: {outcome}"
-    at_kill = newest_checkpoint_step(tmp_path / name)
-    assert 0 < at_kill < steps
+    fit = BackgroundFit(argv)
+    name = fit.name
+    at_kill = fit.checkpointed(tmp_path / name, every, steps)
     # The source is gone before the rerun starts: a rerun that imported again would fail on it.
     (tmp_path / "source").rename(tmp_path / "moved")
 
     sim.kill_host(SHARED_SLICE, 1)
     sim.add_host(SimHost(SHAPE, SHARED_SLICE, 1))  # GKE recreates the VM
 
-    runner.join(timeout=400)
-    assert not runner.is_alive(), "training did not finish within 400 s of the host loss"
-    assert "error" not in outcome, outcome.get("error")
-    report = outcome["report"]
-    assert report.ok, report.describe()
+    report = fit.report()
     first, second = report.attempts
     assert isinstance(first.outcome, HostLost) and isinstance(second.outcome, Succeeded)
     result = report.value
