@@ -62,6 +62,11 @@ class LocalCluster:
         """Where Ray Train checkpoints go: every simulated host shares this filesystem."""
         return str(Path(self.state_dir) / "checkpoints")
 
+    @property
+    def compilation_cache_path(self) -> str:
+        """JAX's persistent compilation cache of every job on the simulation (jobs.runtime.compile_cache)."""
+        return str(Path(self.state_dir) / "xla-cache")
+
     def save(self) -> None:
         data = asdict(self)
         Path(self.state_dir, STATE_FILE).write_text(json.dumps(data, indent=2) + "\n")
@@ -153,7 +158,12 @@ def up(
     try:
         progress(f"starting the head node (dashboard {cluster.dashboard_url})")
         log = state_dir / "logs" / "head.log"
-        head_env = {**base, **cpu_jax_env(shape), "JOBS_STORAGE_PATH": cluster.storage_path}
+        head_env = {
+            **base,
+            **cpu_jax_env(shape),
+            "JOBS_STORAGE_PATH": cluster.storage_path,
+            "JOBS_COMPILATION_CACHE": cluster.compilation_cache_path,
+        }
         head_args = [
             "--head",
             f"--port={gcs_port}",

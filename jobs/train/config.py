@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from jobs import cli
-from jobs.runtime import storage
+from jobs.runtime import compile_cache, storage
 from jobs.runtime.reruns import RetryBudget
 from jobs.train import hf, hf_import, text
 from jobs.train.model import PRESETS, ModelConfig, param_count, with_overrides
@@ -41,6 +41,7 @@ class TrainConfig:
     data: str = ""  # training text (jobs.train.text); "" for synthetic tokens
     tokenizer: str = ""  # its tokenizer.json (rank 0 keeps a copy in the run directory for jobs.export)
     init_from: str = ""  # a Hugging Face Llama directory the run starts from when it has no checkpoint
+    compilation_cache: str = ""  # JAX's persistent compilation cache (jobs.runtime.compile_cache); "" for none
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
@@ -69,6 +70,7 @@ class StepMetrics:
     worker_started_at: float
     state_built_at: float
     matmul_flops_per_s: float | None = None
+    cache_hits: int = 0  # persistent compilation cache hits of rank 0's first step call (its executable found, not compiled)
     checkpoint_step: int | None = None  # the newest committed checkpoint (None before the first commit)
     checkpoint_stall_s: float | None = None  # median time the loop was blocked per checkpoint save
 
@@ -107,6 +109,9 @@ class TrainResult:
     matmul_flops_per_s: float | None
     checkpoint: str | None
     checkpoint_stall_s: float | None = None  # median time the training loop was blocked per save
+    cache_hits: int = 0  # compilation cache hits of rank 0's first step (0: compiled)
+    goodput: dict[str, Any] | None = None  # the ledger's account of the run (jobs.runtime.goodput.Goodput.as_dict)
+    goodput_summary: str = ""
 
     def summary(self) -> str:
         mfu = f"{self.mfu:.1%}" if self.mfu is not None else f"n/a on {self.platform}"
@@ -120,6 +125,7 @@ class TrainResult:
                 f"{self.tokens_per_s:,.0f} tokens/s, {self.flops_per_s / 1e9:.2f} GFLOP/s, MFU {mfu}",
                 f"  checkpoint: {self.checkpoint}"
                 + (f" (each save blocked training {self.checkpoint_stall_s * 1e3:.0f} ms)" if self.checkpoint_stall_s is not None else ""),
+                *(["  " + line for line in self.goodput_summary.splitlines()] if self.goodput_summary else []),
             ]
         )
 
@@ -168,6 +174,14 @@ def _parser() -> cli.JobArgumentParser:
         metavar="DIR",
         help="start from this Hugging Face Llama directory, local or gs:// (its config.json is the model's shape; "
         "its tokenizer.json the default --tokenizer); a run with a checkpoint resumes from it instead",
+    )
+    g.add_argument(
+        "--compilation-cache",
+        default=None,
+        metavar="DIR",
+        help=f"JAX's persistent compilation cache, shared by every attempt and run: a directory or gs://..., or "
+        f"'{compile_cache.DISABLED}' (default: ${compile_cache.CACHE_ENV}, else gs://BUCKET/{compile_cache.XLA_CACHE_DIR}/"
+        f"{compile_cache.TRAIN_CACHE} of the env)",
     )
     g.add_argument("--matmul-baseline", type=int, default=0, metavar="SIZE", help=argparse.SUPPRESS)  # bench/jobs_bench.py
     cli.add_fault_flags(p, step_timeout_s=DEFAULT_STEP_TIMEOUT_S)
@@ -307,6 +321,12 @@ def parse_config(
     storage_path = args.storage or default_storage(target)
     if not storage_path:
         parser.error(f"argument --storage: needed (no ${STORAGE_ENV} and no environment config with a bucket)")
+    cache = compile_cache.resolve(args.compilation_cache, target.bucket_name) if read_files else ""
+    if cache:  # an unreachable gs:// cache hangs JAX's first compile: refuse it here instead
+        try:
+            compile_cache.check_reachable(cache)
+        except compile_cache.CacheError as err:
+            parser.error(f"argument --compilation-cache: {err}")
     config = TrainConfig(
         model=model.to_dict(),
         steps=args.steps,
@@ -322,6 +342,7 @@ def parse_config(
         data=args.data or "",
         tokenizer=tokenizer,
         init_from=args.init_from or "",
+        compilation_cache=cache,
     )
     name = args.name or f"train-{target.shape.pod_type}-x{target.slices}"
     return target, config, name, storage_path, RetryBudget.from_args(args)

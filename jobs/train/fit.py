@@ -10,13 +10,14 @@ from dataclasses import asdict, replace
 from typing import Any
 
 from jobs import cli
-from jobs.runtime import progress
+from jobs.runtime import goodput, ledger, progress, storage
 from jobs.runtime.inventory import wait_for_slices
-from jobs.runtime.outcomes import Failed, NoProgressError, classify
+from jobs.runtime.outcomes import Failed, NoProgressError, Succeeded, classify
 from jobs.runtime.reruns import DEFAULT_RETRY_BUDGET, Attempt, RetryBudget, RunReport, attempt_outcome, retry, watched_hosts
+from jobs.train import checkpoints
 from jobs.train.config import AlreadyTrained, StepMetrics, TrainConfig, TrainResult
 from jobs.train.model import ModelConfig
-from jobs.train.worker import BOARD_KEY, train_loop_per_worker
+from jobs.train.worker import ATTEMPT_KEY, BOARD_KEY, LEDGER_KEY, train_loop_per_worker
 
 DRIVER_STARTED_AT = time.time()  # for the benchmark's timeline: when the driver imported this
 # Variables the workers need from the job's environment: on the simulation they select JAX's CPU
@@ -45,25 +46,48 @@ def run_training(
     import ray
 
     config = replace(config, storage_path=storage_path, run_name=name)  # where the workers resume from
+    run_dir = checkpoints.run_root(storage_path, name)
+    book = ledger.Ledger.open(run_dir)  # every attempt's events, for the run's goodput
 
     def attempt_once(number: int) -> Attempt:
         started = time.monotonic()
+        booked = book.attempt(number)
+        book.record("attempt_start", attempt=booked)
         # Every host of the shape, not only those Ray Train will pick: the GCS may take seconds to
         # mark a killed host dead, and it must still count as this attempt's when it does.
         hosts = watched_hosts(ray.nodes(), target.shape)
         board = progress.start_board(target.hosts) if config.step_timeout_s else None
+        outcome: Any = None
         try:
-            outcome = attempt_outcome(lambda: _fit(target, config, board), hosts, passthrough=(AlreadyTrained,))
+            outcome = attempt_outcome(lambda: _fit(target, config, board, book, booked), hosts, passthrough=(AlreadyTrained,))
             stalls = _stalls(board, config.step_timeout_s) if isinstance(outcome, Failed) and not outcome.user_error else {}
             if stalls:  # a watchdog stopped its worker: a hang, not the crash its exit looks like
                 ranks = [f"Ray Train rank {r}" for r in range(target.hosts)]
                 outcome = classify(NoProgressError(progress.describe_silence(stalls, config.step_timeout_s, ranks)))
         finally:
+            book.record("attempt_end", attempt=booked, outcome=getattr(outcome, "kind", "already-trained"))
             if board is not None:
                 progress.stop_board(board)
         return Attempt(number, outcome, (), None, time.monotonic() - started)
 
-    return retry(attempt_once, budget, f"train {name}", log)
+    try:
+        report = retry(attempt_once, budget, f"train {name}", log)
+    finally:
+        book.close()
+    if report.ok:
+        report = replace(report, outcome=Succeeded(_with_goodput(report.value, run_dir, log)))
+    return report
+
+
+def _with_goodput(result: TrainResult, run_dir: str, log: Callable[[str], None]) -> TrainResult:
+    """`result` with the ledger's account of the run (unchanged, and a warning, if it cannot be read)."""
+    uri = ledger.ledger_uri(run_dir)
+    try:
+        account = goodput.account(ledger.read_events(uri))
+    except (storage.StorageError, goodput.LedgerError) as err:
+        log(f"train: no goodput figures: {err}")
+        return result
+    return replace(result, goodput=account.as_dict(), goodput_summary=account.describe())
 
 
 def _stalls(board: Any, timeout_s: float) -> dict[int, tuple[float, Any]]:
@@ -80,14 +104,13 @@ def _stalls(board: Any, timeout_s: float) -> dict[int, tuple[float, Any]]:
     return reports or progress.silent_since_progress(silence, timeout_s)
 
 
-def _fit(target: cli.SliceTarget, config: TrainConfig, board: Any) -> TrainResult:
+def _fit(target: cli.SliceTarget, config: TrainConfig, board: Any, book: ledger.Ledger, attempt: int) -> TrainResult:
     """One Ray Train run of `config.run_name` in `config.storage_path`: wait (bounded) for whole idle
     slices, fit, return the summary."""
     # Ray Train v2's configs, which JaxTrainer takes (what `ray.train` re-exports unless RAY_TRAIN_V2_ENABLED=0).
     from ray.train.v2.api.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.v2.jax import JaxTrainer
 
-    from jobs.train.data import synthetic_dataset
     from jobs.train.text import text_dataset
 
     name, storage_path = config.run_name, config.storage_path
@@ -97,6 +120,7 @@ def _fit(target: cli.SliceTarget, config: TrainConfig, board: Any) -> TrainResul
     # Ray Train reserves the slices itself; wait for them here first, bounded, so that a missing
     # host gives our error (which hosts are there) rather than an endless rescheduling loop...
     wait_for_slices(shape, target.slices, timeout)
+    book.record("reserved", attempt=attempt)
     # ...and bound Ray Train's own wait by what is left (the controller reads this variable).
     os.environ["RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"] = str(max(30.0, timeout - (time.monotonic() - started)))
 
@@ -118,16 +142,14 @@ def _fit(target: cli.SliceTarget, config: TrainConfig, board: Any) -> TrainResul
         worker_runtime_env={"env_vars": {k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}},
     )
     cfg = ModelConfig(**config.model)
-    if config.data:
-        dataset = text_dataset(config.data, config.tokenizer, cfg.seq_len)
-    else:
-        dataset = synthetic_dataset(config.steps * config.global_batch, cfg.seq_len, cfg.vocab)
+    # Real text through Ray Data; synthetic tokens are made on the workers (jobs.train.data).
+    datasets = {"train": text_dataset(config.data, config.tokenizer, cfg.seq_len)} if config.data else None
     trainer = JaxTrainer(
         train_loop_per_worker,
-        train_loop_config={**asdict(config), BOARD_KEY: board},
+        train_loop_config={**asdict(config), BOARD_KEY: board, LEDGER_KEY: book.handle, ATTEMPT_KEY: attempt},
         scaling_config=scaling,
         run_config=run_config,
-        datasets={"train": dataset},
+        datasets=datasets,
     )
     fit_started_at = time.time()
     result = trainer.fit()
@@ -162,4 +184,5 @@ def _fit(target: cli.SliceTarget, config: TrainConfig, board: Any) -> TrainResul
         matmul_flops_per_s=m.matmul_flops_per_s,
         checkpoint=result.checkpoint.path if result.checkpoint else None,
         checkpoint_stall_s=m.checkpoint_stall_s,
+        cache_hits=m.cache_hits,
     )

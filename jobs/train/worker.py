@@ -13,9 +13,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, replace
 from typing import Any
 
-from jobs.runtime import progress, storage
+from jobs.runtime import compile_cache, ledger, progress, storage
 from jobs.train import checkpoints
 from jobs.train.config import StepMetrics, TrainConfig, mfu
+from jobs.train.data import synthetic_batches
 from jobs.train.model import flops_per_token, init_params, param_count
 from jobs.train.state import ShardedState
 from jobs.train.text import DataError
@@ -25,6 +26,9 @@ DATA_TIMEOUT_S = 600.0
 # Where the attempt's ProgressBoard handle travels in `train_loop_config` (not a TrainConfig field:
 # an actor handle, not a number).
 BOARD_KEY = "progress_board"
+# ...and the run's goodput ledger writer (jobs.runtime.ledger) and the attempt's number.
+LEDGER_KEY = "goodput_ledger"
+ATTEMPT_KEY = "attempt"
 
 
 def _latest_over_processes(wall_time: float) -> float:
@@ -45,26 +49,42 @@ def train_loop_per_worker(config_dict: dict[str, Any]) -> None:
     # Rank 0's timeline (wall clock), for the benchmark's "submit -> first step" breakdown.
     timeline = {"worker_started_at": time.time()}
     config = TrainConfig.from_dict(config_dict)
+    compile_cache.enable(config.compilation_cache)  # before anything compiles in this process
     rank = ray.train.get_context().get_world_rank()
+    attempt = int(config_dict.get(ATTEMPT_KEY, 1))
+    handle = config_dict.get(LEDGER_KEY) if rank == 0 else None  # one voice per run: rank 0's
+
+    def note(event: str, **fields: Any) -> None:
+        ledger.record(handle, event, attempt=attempt, **fields)
+
+    note("workers_started")
     with progress.StepWatchdog(config.step_timeout_s, board=config_dict.get(BOARD_KEY), process_id=rank) as watchdog:
-        _train(config, rank, watchdog, timeline)
+        _train(config, rank, watchdog, timeline, note)
 
 
-def _train(config: TrainConfig, rank: int, watchdog: progress.StepWatchdog, timeline: dict[str, float]) -> None:
+def _train(config: TrainConfig, rank: int, watchdog: progress.StepWatchdog, timeline: dict[str, float], note: Any) -> None:
     import jax
     import ray.train
 
+    cache_events = compile_cache.CacheEvents()
     context = ray.train.get_context()
     local_batch = config.global_batch // context.get_world_size()
-    batches = _epochs(ray.train.get_dataset_shard("train"), local_batch, config.data)
+    # Real text comes through Ray Data; synthetic tokens are made right here, from the step and
+    # rank (no pipeline to start: seconds saved on every start, and a rerun continues the stream).
+    batches = _epochs(ray.train.get_dataset_shard("train"), local_batch, config.data) if config.data else None
     # Starting Ray Data's pipeline takes seconds (coordinator, tasks, workers): overlap it with
     # building the model instead of waiting for it at the first step.
     pool = ThreadPoolExecutor(1)
     try:
-        first_batch = pool.submit(next, batches, None)
+        first_batch = pool.submit(next, batches, None) if batches is not None else None
         state = ShardedState(config, initialize=False)  # parameters: a checkpoint's, else an import's or random
         timeline["state_built_at"] = time.time()
-        first = first_batch.result(timeout=DATA_TIMEOUT_S)  # bounded; raises TimeoutError
+        note("state_built")
+        first = None
+        if first_batch is not None:
+            waited = time.perf_counter()
+            first = first_batch.result(timeout=DATA_TIMEOUT_S)  # bounded; raises TimeoutError
+            note("data_wait", seconds=time.perf_counter() - waited)
     finally:
         pool.shutdown(wait=False)  # never block on a stuck pipeline here
     # Logged, not printed: Ray Train's print patch would send each line to stdout and stderr.
@@ -75,14 +95,16 @@ def _train(config: TrainConfig, rank: int, watchdog: progress.StepWatchdog, time
     root = checkpoints.run_root(config.storage_path, config.run_name)
     manager = checkpoints.open_manager(root)
     abstract_params, abstract_opt_state = state.abstract()
+    begin = time.perf_counter()
     found = checkpoints.restore_newest(
         manager, state.cfg.to_dict(), abstract_params, abstract_opt_state, log=say, agree=checkpoints.all_processes_agree
     )
     start_step = 0
     if found:
-        state.load(found.params, found.opt_state)
+        state.load(found.params, found.opt_state)  # restored into the abstract shapes: nothing random was built
         start_step = found.step
         say(f"[train] resumed from the checkpoint at step {start_step} ({found.where})")
+        note("restored", step=start_step, seconds=time.perf_counter() - begin)
         watchdog.beat("restored")
     elif config.init_from:  # only a run without a checkpoint imports: a rerun resumes what it trained
         from jobs.train import hf_import
@@ -91,9 +113,11 @@ def _train(config: TrainConfig, rank: int, watchdog: progress.StepWatchdog, time
         stats = hf_import.ImportStats()
         state.start_from(hf_import.import_checkpoint(config.init_from, state.cfg, state.param_sharding, stats))
         say(f"[train] imported {stats.bytes_read / 2**20:,.1f} MiB onto this host's devices in {stats.seconds:.1f} s")
+        note("initialized", how="import", seconds=time.perf_counter() - begin)
         watchdog.beat("imported")
     else:
         state.start_from(init_params(state.cfg, config.seed))
+        note("initialized", how="random", seconds=time.perf_counter() - begin)
 
     # A run keeps its tokenizer when it starts; a resumed one already has it, and must not need
     # the path it came from (an --init-from directory's, possibly gone by the rerun).
@@ -118,16 +142,32 @@ def _train(config: TrainConfig, rank: int, watchdog: progress.StepWatchdog, time
     first_step_at = 0.0
     stalls: list[float] = []
     saved: int | None = None  # the newest step whose save has started
-    stream = itertools.chain([first] if first is not None else [], batches)
-    for step, batch in zip(range(start_step, config.steps), stream, strict=False):  # _epochs never ends
+    cache_hits = 0
+    if batches is None:
+        stream: Iterator[dict[str, Any]] = synthetic_batches(
+            start_step, config.global_batch, rank, local_batch, state.cfg.seq_len, state.cfg.vocab
+        )
+    else:
+        stream = itertools.chain([first] if first is not None else [], batches)
+    for step in range(start_step, config.steps):
+        waited = time.perf_counter()
+        batch = next(stream, None)  # _epochs never ends; a stream that does ends the run early
+        if batch is None:
+            break
+        data_s = time.perf_counter() - waited
         tokens = state.batch(batch["tokens"])
         if step == start_step:
             first_step_at = time.time()
+            hits, misses = cache_events.hits, cache_events.misses
         begin = time.perf_counter()
         losses.append(state.step(tokens))
         times.append(time.perf_counter() - begin)
-        if step == start_step:
+        if step == start_step:  # the first call compiles the step, or finds it in the persistent cache
+            cache_hits = cache_events.hits - hits
+            note("step", step=step + 1, seconds=times[-1], data_s=data_s, cache_hits=cache_hits, cache_misses=cache_events.misses - misses)
             first_step_at = _latest_over_processes(first_step_at)
+        else:
+            note("step", step=step + 1, seconds=times[-1], data_s=data_s)
         watchdog.beat(step + 1)
         say(f"[train] step {step + 1}/{config.steps} loss {losses[-1]:.4f} ({times[-1] * 1e3:.0f} ms)")
 
@@ -154,12 +194,14 @@ def _train(config: TrainConfig, rank: int, watchdog: progress.StepWatchdog, time
                 worker_started_at=timeline["worker_started_at"],
                 state_built_at=timeline.get("state_built_at", 0.0),
                 matmul_flops_per_s=state.dense_matmul_flops(config.matmul_baseline) if done and config.matmul_baseline else None,
+                cache_hits=cache_hits,
             )
             committed = saved  # save() below waits for the previous save: that one is then committed
             begin = time.perf_counter()
             checkpoints.save(manager, step + 1, state.params, state.opt_state, state.cfg.to_dict(), **notes)
             saved = step + 1
             stalls.append(time.perf_counter() - begin)  # what the loop waits for; the writing goes on
+            note("save", step=step + 1, stall_s=stalls[-1])
             if done:
                 manager.wait_until_finished()
                 committed = saved
@@ -175,6 +217,7 @@ def _train(config: TrainConfig, rank: int, watchdog: progress.StepWatchdog, time
             watchdog.beat(f"checkpoint at step {step + 1}")
     manager.wait_until_finished()  # a stream that ended early leaves its last save in flight
     manager.close()
+    cache_events.close()
 
 
 def _epochs(shard: Any, batch_size: int, data: str) -> Iterator[dict[str, Any]]:

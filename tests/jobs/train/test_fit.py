@@ -1,6 +1,9 @@
 """Training through Ray Train's JaxTrainer on a simulated v6e 4x4 slice: loss falls, a rerun
 resumes from the newest checkpoint at the step where the first run stopped, every host writes its
-own shards, and a newest checkpoint damaged after its commit is skipped for the one before it."""
+own shards, and a newest checkpoint damaged after its commit is skipped for the one before it. The
+runs share a persistent compilation cache: the first compiles its step, a second run of the same
+program finds it there (JAX's own monitoring events), and the run's goodput ledger holds every
+attempt."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from jobs.runtime import goodput, ledger
 from jobs.train import checkpoints
 from jobs.train import config as train_config
 from jobs.train import fit as train_fit
@@ -24,8 +28,9 @@ def sim(shared_slice):
     return shared_slice
 
 
-def run(storage: Path, steps: int) -> train_config.TrainResult:
-    argv = ["--generation", "v6e", "--topology", "4x4", "--steps", str(steps), "--name", "resume", "--storage", str(storage)]
+def run(storage: Path, steps: int, name: str = "resume") -> train_config.TrainResult:
+    argv = ["--generation", "v6e", "--topology", "4x4", "--steps", str(steps), "--name", name, "--storage", str(storage)]
+    argv += ["--compilation-cache", str(storage / "xla-cache")]
     target, config, name, storage_path, budget = train_config.parse_config([*argv, *TINY, *FAST])
     report = train_fit.run_training(target, config, name, storage_path, budget, log=lambda line: None)
     assert report.ok and len(report.attempts) == 1, report.describe()
@@ -41,6 +46,7 @@ def checkpoint_dirs(run_dir: Path) -> dict[int, Path]:
 def test_loss_falls_a_rerun_resumes_and_a_cut_short_checkpoint_is_skipped(sim, tmp_path):
     first = run(tmp_path, steps=6)
     assert (first.start_step, first.steps) == (0, 6)
+    assert first.cache_hits == 0  # an empty cache: the step was compiled (and written by process 0)
     assert first.final_loss < first.first_loss
     assert first.devices == 16 and first.processes == 4 and first.platform == "cpu"
     assert first.tokens_per_s > 0 and first.flops_per_s > 0 and first.mfu is None  # no MFU off TPU
@@ -49,6 +55,10 @@ def test_loss_falls_a_rerun_resumes_and_a_cut_short_checkpoint_is_skipped(sim, t
 
     second = run(tmp_path, steps=9)
     assert (second.start_step, second.steps) == (6, 9)  # resumed where the first run stopped
+    # Its step is another program (the learning-rate schedule runs to --steps): compiled, not found.
+    assert second.cache_hits == 0
+    twin = run(tmp_path, steps=6, name="twin")  # another run of the first one's program
+    assert twin.start_step == 0 and twin.cache_hits >= 1  # its step's executable came from the cache
     # The restored model is the trained one: it starts near where the first run ended, not at the
     # untrained loss.
     assert abs(second.first_loss - first.final_loss) < abs(first.first_loss - first.final_loss)
@@ -66,3 +76,14 @@ def test_loss_falls_a_rerun_resumes_and_a_cut_short_checkpoint_is_skipped(sim, t
     third = run(tmp_path, steps=12)
     assert (third.start_step, third.steps) == (6, 12)
     assert sorted(checkpoint_dirs(tmp_path / "resume")) == [9, 12]
+
+    # One ledger for the three submissions of the run, numbered on: restores, never a random init
+    # after the first, and the steps 7-9 the damaged checkpoint lost counted as lost.
+    events = ledger.read_events(ledger.ledger_uri(str(tmp_path / "resume")))
+    assert [e["attempt"] for e in events if e["event"] == "attempt_start"] == [1, 2, 3]
+    assert [(e["attempt"], e["how"]) for e in events if e["event"] == "initialized"] == [(1, "random")]
+    assert [(e["attempt"], e["step"]) for e in events if e["event"] == "restored"] == [(2, 6), (3, 6)]
+    account = goodput.account(events)
+    assert account.last_step == 12 and third.goodput == account.as_dict()
+    assert account.productive_s + sum(account.badput_s.values()) == pytest.approx(account.wall_s)
+    assert account.badput_s[goodput.BadputType.WASTED_PROGRESS_FROM_DISRUPTION] > 0

@@ -17,6 +17,7 @@ import psutil
 import pytest
 
 from infra import catalog
+from jobs.runtime import goodput, ledger
 from jobs.runtime.outcomes import HostLost, Succeeded
 from jobs.train import checkpoints
 from jobs.train import config as train_config
@@ -86,7 +87,7 @@ def test_a_killed_host_mid_training_restarts_from_the_newest_checkpoint(sim, tmp
     argv = [
         *("--generation", "v6e", "--topology", "4x4", "--name", "ft", "--storage", str(tmp_path)),
         *("--steps", str(STEPS), "--checkpoint-every", str(EVERY), "--max-preemptions", "1", "--reserve-timeout", "120"),
-        *("--learning-rate", "0.02", "--warmup-steps", "1"),
+        *("--learning-rate", "0.02", "--warmup-steps", "1", "--compilation-cache", str(tmp_path / "xla-cache")),
         *TINY,
     ]
     fit = BackgroundFit(argv)
@@ -105,6 +106,23 @@ def test_a_killed_host_mid_training_restarts_from_the_newest_checkpoint(sim, tmp
     # at most one checkpoint interval of work was lost.
     assert at_kill <= result.start_step < STEPS
     assert result.processes == SHAPE.hosts
+
+    # The ledger, as `python -m jobs.goodput` reads it: two attempts, the second restoring into the
+    # abstract shapes (no random initialization) and finding its step in attempt 1's cache.
+    events = ledger.read_events(ledger.ledger_uri(str(tmp_path / fit.name)))
+    ends = [(e["attempt"], e["outcome"]) for e in events if e["event"] == "attempt_end"]
+    assert ends == [(1, "host-lost"), (2, "succeeded")]
+    assert [e["attempt"] for e in events if e["event"] == "initialized"] == [1]
+    assert [(e["attempt"], e["step"]) for e in events if e["event"] == "restored"] == [(2, result.start_step)]
+    first_steps = {e["attempt"]: e for e in reversed(events) if e["event"] == "step"}
+    assert first_steps[1]["cache_hits"] == 0 and first_steps[2]["cache_hits"] >= 1
+    account = goodput.account(events)
+    assert account.disruptions == 1 and account.last_step == STEPS
+    # At most one checkpoint interval of steps was lost, and it is counted as such.
+    wasted = account.badput_s[goodput.BadputType.WASTED_PROGRESS_FROM_DISRUPTION]
+    longest = max(e["seconds"] for e in events if e["event"] == "step" and e["attempt"] == 1)
+    assert 0 <= wasted <= EVERY * longest
+    assert account.badput_s[goodput.BadputType.INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION] > 0
 
 
 def train_worker_pids() -> list[int]:

@@ -71,3 +71,14 @@ def test_the_model_learns_the_synthetic_data_on_one_device():
 def test_mfu_only_on_tpu():
     assert mfu(1e12, 4e12, "tpu") == 0.25
     assert mfu(1e12, 4e12, "cpu") is None
+
+
+def test_synthetic_batches_tile_each_global_batch_over_the_ranks_and_a_resume_continues():
+    from jobs.train.data import synthetic_batches
+
+    seq_len, vocab, ranks, local = 8, 64, 4, 2
+    step2 = [next(iter(synthetic_batches(2, ranks * local, r, local, seq_len, vocab)))["tokens"] for r in range(ranks)]
+    assert np.array_equal(np.concatenate(step2), synthetic_tokens(np.arange(16, 24), seq_len, vocab))
+    from_zero = synthetic_batches(0, ranks * local, 1, local, seq_len, vocab)
+    third = [next(from_zero) for _ in range(3)][2]["tokens"]
+    assert np.array_equal(third, step2[1])  # a run resumed at step 2 sees what it would have seen

@@ -1,0 +1,62 @@
+"""The persistent compilation cache's path rules (jobs.runtime.compile_cache) and `jobs.train`'s
+refusal, at parse time and in one line, of a cache it cannot reach (jax-ml/jax#22364: JAX would
+hang on its first compile instead)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from infra import serving
+from jobs import REPO_ROOT
+from jobs.runtime import compile_cache
+
+
+def test_one_layout_with_the_rayservices_xla_cache(monkeypatch):
+    monkeypatch.delenv(compile_cache.CACHE_ENV, raising=False)
+    assert compile_cache.XLA_CACHE_DIR == serving.XLA_CACHE_DIR  # <bucket>/xla-cache/<model> for vLLM
+    assert compile_cache.resolve(None, "acme-dev") == "gs://acme-dev/xla-cache/train"
+    assert compile_cache.resolve(None, None) == ""
+    assert compile_cache.resolve("none", "acme-dev") == ""
+    monkeypatch.setenv(compile_cache.CACHE_ENV, "/sim/xla-cache")  # what jobs.local sets
+    assert compile_cache.resolve(None, "acme-dev") == "/sim/xla-cache"
+    assert compile_cache.resolve("gs://other/cache", "acme-dev") == "gs://other/cache"
+
+
+def test_the_cpu_simulation_caches_every_compile_and_a_tpu_keeps_jaxs_floor():
+    assert compile_cache.min_compile_s("cpu") == 0.0
+    assert compile_cache.min_compile_s("tpu") == compile_cache.JAX_DEFAULT_MIN_COMPILE_S == 1.0
+
+
+def train_parse(*flags: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    code = "import sys; from jobs.train import parse_config; parse_config(sys.argv[1:]); print('parsed')"
+    argv = ["--generation", "v6e", "--topology", "4x4", "--storage", "/tmp/unused", *flags]
+    return subprocess.run([sys.executable, "-c", code, *argv], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, env=env)
+
+
+def one_line_error(out: subprocess.CompletedProcess, *says: str) -> None:
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "Traceback" not in out.stderr
+    last = out.stderr.strip().splitlines()[-1]
+    assert "argument --compilation-cache" in last and all(s in last for s in says), last
+
+
+def test_a_cache_path_that_cannot_be_created_is_one_line_at_parse_time(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    one_line_error(train_parse("--compilation-cache", str(blocker / "cache")), str(blocker / "cache"))
+
+
+def test_an_unreachable_gs_cache_is_one_line_at_parse_time_not_a_hang(tmp_path):
+    import os
+
+    from jobs.runtime.net import free_port
+
+    env = {**os.environ, "STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{free_port()}"}  # nothing listens there
+    one_line_error(train_parse("--compilation-cache", "gs://no-such-bucket/xla-cache/train", env=env), "gs://no-such-bucket")
+
+
+def test_a_reachable_cache_parses(tmp_path):
+    out = train_parse("--compilation-cache", str(tmp_path / "cache"))
+    assert out.returncode == 0 and "parsed" in out.stdout, out.stderr
+    assert not list((tmp_path / "cache").iterdir())  # the probe cleaned up after itself
