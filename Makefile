@@ -165,9 +165,10 @@ show: setup ## summarise what ENV declares
 checkov: synth ## checkov on every synthesized stack (justified skips: infra/checkov_scan.py)
 	$(PY) -m infra.checkov_scan $(CDKTF_OUT) $(CHECKOV)
 
-bench: setup serve-setup ## benchmarks: synth vs bare provider import, jobs vs bare JAX/Ray, real text vs synthetic, checkpoint stall, HF import vs bare read, Serve vs bare vLLM, GPU MFU
+bench: setup serve-setup ## benchmarks: synth vs bare provider import, jobs vs bare JAX/Ray (and Ray Train's floor), a lost host's recovery, real text vs synthetic, checkpoint stall, HF import vs bare read, Serve vs bare vLLM, GPU MFU
 	$(PY) bench/synth_bench.py
 	$(PY) bench/jobs_bench.py
+	$(PY) bench/restart_bench.py
 	$(PY) bench/checkpoint_bench.py
 	$(PY) bench/import_bench.py
 	@if command -v nvidia-smi >/dev/null 2>&1; then $(PY) bench/gpu_mfu.py; \

@@ -10,6 +10,9 @@
 3. `reserve_slices` (our wrapper around `slice_placement_group`) until ready, against a raw
    placement group of the same bundles (target <= 1.5x). Ray's own `slice_placement_group` path
    (head claim plus a task that reads the slice name) is printed for context.
+1b. the same, against a minimal JaxTrainer whose train function does nothing (bench/noop_trainer.py,
+   submitted the same way): Ray Train's own floor, with its worker-group start broken down from
+   its controller's log beside ours (target <= 1.5x).
 4. tokens/s training on real text (the shipped corpus as parquet, tokenized by Ray Data) against
    the synthetic-token run of 1., same model and steps (target >= 0.9x: data is never the bottleneck).
 
@@ -22,6 +25,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shutil
 import statistics
 import sys
 import time
@@ -152,6 +157,89 @@ def submit_train(cluster, shape, steps: int, timeout_s: float, extra: tuple[str,
     return submitted, result
 
 
+def submit_noop(cluster, shape, timeout_s: float) -> tuple[float, dict]:
+    """The second baseline: bench/noop_trainer.py (Ray Train with a train function that does nothing)
+    submitted as `jobs.train` is; submit time and its NOOP result."""
+    from ray.job_submission import JobSubmissionClient
+
+    from jobs.cli import parse_result
+    from jobs.demo import job_runtime_env
+
+    client = JobSubmissionClient(cluster.dashboard_url)
+    out = Path(cluster.state_dir) / f"noop-{int(time.time())}"
+    entrypoint = f"python bench/noop_trainer.py --generation {shape.generation.name} --topology {shape.topology} --out {out}"
+    submitted = time.time()
+    job = client.submit_job(entrypoint=entrypoint, runtime_env=job_runtime_env(shape))
+    deadline = time.monotonic() + timeout_s
+    while str(client.get_job_status(job).value) not in {"SUCCEEDED", "FAILED", "STOPPED"}:
+        if time.monotonic() > deadline:
+            client.stop_job(job)
+            raise TimeoutError(f"the no-op trainer did not finish within {timeout_s:.0f}s")
+        time.sleep(0.5)
+    logs = client.get_job_logs(job)
+    result = parse_result(logs, "NOOP")
+    if result is None:
+        raise RuntimeError(f"the no-op trainer failed:\n{logs[-3000:]}")
+    return submitted, result
+
+
+# Ray Train's own start-up breakdown, as its controller logs it ("[Worker Group Initialization] ...").
+RAY_TRAIN_PHASES = {
+    "placement group": re.compile(r"Placement group ready in ([\d.]+)s"),
+    "worker actors": re.compile(r"worker actors created in ([\d.]+)s"),
+    "train context": re.compile(r"Train context initialized on workers in ([\d.]+)s"),
+    "jax.distributed": re.compile(r"BackendSetupCallback: ([\d.]+)s"),
+    "train fn launched": re.compile(r"Train function launched on workers in ([\d.]+)s"),
+    "total": re.compile(r"Worker group startup completed in ([\d.]+)s total"),
+}
+
+
+def ray_train_phases(messages: list[str]) -> dict[str, float]:
+    """Seconds per phase of Ray Train's worker-group start, from its controller's messages (pure)."""
+    found = {}
+    for message in messages:
+        for phase, pattern in RAY_TRAIN_PHASES.items():
+            match = pattern.search(message)
+            if match:
+                found[phase] = float(match.group(1))
+    return found
+
+
+def controller_messages(cluster, run_name: str) -> list[str]:
+    """The messages Ray Train's controller of `run_name` logged (its structured system log)."""
+    messages = []
+    for log in Path(cluster.ray_temp_dir).glob("session_*/logs/train/ray-train-sys-controller-*.log"):
+        for line in log.read_text(errors="replace").splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if record.get("run_name") == run_name:
+                messages.append(str(record.get("message", "")))
+    return messages
+
+
+def describe_phases(phases: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v:.1f} s" for k, v in phases.items()) or "not found in its log"
+
+
+def ledger_timeline(result: dict, submitted: float) -> str:
+    """Rank 0's milestones after submit, from the run's goodput ledger."""
+    from jobs.runtime import ledger
+
+    events = ledger.read_events(ledger.ledger_uri(f"{result['storage_path']}/{result['run']}"))
+    first = {}
+    for e in events:
+        first.setdefault(e["event"], e)
+    parts = [f"{k} {first[k]['t'] - submitted:.1f} s" for k in ("reserved", "workers_started", "state_built") if k in first]
+    if "compiled" in first:
+        c = first["compiled"]
+        parts.append(
+            f"step compiled {c['t'] - submitted:.1f} s ({c['seconds']:.1f} s, {c['cache_hits']} cache hits, waited {c['wait_s']:.1f} s)"
+        )
+    return ", ".join(parts)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--bare-process"]:
@@ -175,6 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     print(f"[bench] starting a simulated {shape}", flush=True)
     cluster = local.up(shape, 1, args.state_dir, progress=lambda m: print(f"[bench] {m}", flush=True))
+    # A cold start, as the bare launch's: no compilation cache left by an earlier bench run.
+    shutil.rmtree(cluster.compilation_cache_path, ignore_errors=True)
     try:
         import ray
 
@@ -190,6 +280,14 @@ def main(argv: list[str] | None = None) -> int:
         parquet = corpus_parquet(Path(args.state_dir).resolve().parent / "bench-data" / "corpus.parquet")
         print(f"[bench] the same run on real text ({parquet.name}, Ray Data + tokenizer)", flush=True)
         _, on_text = submit_train(cluster, shape, args.steps, args.timeout, ("--data", str(parquet)))
+        print("[bench] Ray Train's floor: a JaxTrainer whose train function does nothing, submitted the same way", flush=True)
+        noop_submitted, noop = submit_noop(cluster, shape, args.timeout)
+        noop_first = noop["train_fn_at"] - noop_submitted
+        phases = {
+            "ours": ray_train_phases(controller_messages(cluster, result["run"])),
+            "noop": ray_train_phases(controller_messages(cluster, noop["run_name"])) if "run_name" in noop else {},
+        }
+        timeline = ledger_timeline(result, submitted)
         print(f"[bench] bare launch: {shape.hosts} processes with jax.distributed, same step", flush=True)
         bare_first_step = bare_launch(shape)
     finally:
@@ -204,6 +302,16 @@ def main(argv: list[str] | None = None) -> int:
             ours_first_step / bare_first_step,
             "<= 1.5x",
             ours_first_step / bare_first_step <= 1.5,
+        )
+    )
+    rows.append(
+        (
+            "submit -> step 1 vs no-op JaxTrainer (s)",
+            ours_first_step,
+            noop_first,
+            ours_first_step / noop_first,
+            "<= 1.5x",
+            ours_first_step / noop_first <= 1.5,
         )
     )
     step_flops, matmul_flops = result["flops_per_s"], result["matmul_flops_per_s"]
@@ -249,6 +357,13 @@ def main(argv: list[str] | None = None) -> int:
         f"after submit: driver started {result['driver_started_at'] - submitted:.1f} s, fit() {result['fit_started_at'] - submitted:.1f} s, "
         f"rank 0's train function {result['worker_started_at'] - submitted:.1f} s, model built "
         f"{result['state_built_at'] - submitted:.1f} s, every host in step 1 {ours_first_step:.1f} s"
+    )
+    print(f"context: ours from the ledger after submit: {timeline}")
+    print(f"context: Ray Train's worker-group start, ours: {describe_phases(phases['ours'])}")
+    print(
+        f"context: no-op JaxTrainer after submit: driver started {noop['driver_started_at'] - noop_submitted:.1f} s, "
+        f"fit() {noop['fit_started_at'] - noop_submitted:.1f} s, train function on every host {noop_first:.1f} s; "
+        f"Ray Train's worker-group start: {describe_phases(phases['noop'])}"
     )
     return 0
 

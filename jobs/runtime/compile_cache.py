@@ -2,10 +2,11 @@
 that a rerun after a lost host (and a RayJob's cold start) reads its step's executable instead of
 compiling it again.
 
-Where: `--compilation-cache DIR|gs://...`; by default `$JOBS_COMPILATION_CACHE` (the simulation's
-`<state dir>/xla-cache`, set by `jobs.local`), else `gs://<bucket>/xla-cache/train` in the
-environment's bucket: the RayService keeps vLLM's XLA cache at `<bucket>/xla-cache/<model>`
-(infra.serving.XLA_CACHE_DIR), one layout for both. On GKE the cache must be shared by the hosts
+Where: `--compilation-cache DIR|gs://...|none`; by default `$JOBS_COMPILATION_CACHE` (the
+simulation's `<state dir>/xla-cache`, set by `jobs.local`), else `gs://<bucket>/xla-cache/train` in
+the bucket of the run's storage (the environment's bucket, by default): the RayService keeps vLLM's
+XLA cache at `<bucket>/xla-cache/<model>` (infra.serving.XLA_CACHE_DIR), one layout for both. A
+local `--storage` keeps it in `<storage>/.xla-cache`. On GKE the cache must be shared by the hosts
 (gs://): only process 0 writes entries, so a per-pod directory would serve worker 0 alone.
 
 What JAX does with it (jax 0.10.2, jax/_src, read 2026-12-04):
@@ -53,16 +54,21 @@ class CacheError(OSError):
     """A compilation cache path this job cannot use; the message names it and says why."""
 
 
-def default_cache(bucket_name: str | None) -> str:
-    """The cache a run uses without `--compilation-cache` ("" for none) (pure but for the env)."""
+def default_cache(storage_path: str) -> str:
+    """The cache a run uses without `--compilation-cache` (pure but for the env): the run storage's
+    bucket's `xla-cache/train` (with the environment's default storage, its bucket), a `.xla-cache`
+    directory in a local storage."""
     if os.environ.get(CACHE_ENV):
         return os.environ[CACHE_ENV]
-    return f"gs://{bucket_name}/{XLA_CACHE_DIR}/{TRAIN_CACHE}" if bucket_name else ""
+    if storage_path.startswith("gs://"):
+        bucket = storage_path[len("gs://") :].split("/", 1)[0]
+        return f"gs://{bucket}/{XLA_CACHE_DIR}/{TRAIN_CACHE}"
+    return storage.join(storage_path, f".{XLA_CACHE_DIR}")
 
 
-def resolve(flag: str | None, bucket_name: str | None) -> str:
+def resolve(flag: str | None, storage_path: str) -> str:
     """`--compilation-cache` as the run uses it: "" for none, a local path made absolute."""
-    uri = default_cache(bucket_name) if flag is None else flag
+    uri = default_cache(storage_path) if flag is None else flag
     if uri in ("", DISABLED):
         return ""
     return uri if storage.is_remote(uri) else storage.join(uri)

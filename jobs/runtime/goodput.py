@@ -10,6 +10,9 @@ line, `{"t": <unix time>, "event": <kind>, ...}`, in the order they happened:
     initialized    {attempt, how, seconds}   parameters made: how = "random" or "import"
     restored       {attempt, step, seconds}  or restored from the checkpoint at `step`
     data_wait      {attempt, seconds}        blocked waiting for the first batch
+    compiled       {attempt, seconds, wait_s, cache_hits, cache_misses}  the step compiled (or found
+                                             in the persistent cache) while the parameters were
+                                             made; wait_s: what the loop then still waited for it
     step           {attempt, step, seconds, data_s}  step `step` (1-based) ran for `seconds`, after
                                              waiting `data_s` for its batch
     save           {attempt, step, stall_s}  a checkpoint save started; the loop was blocked stall_s
@@ -21,8 +24,10 @@ its `BadputType` is (ml_goodput_measurement 0.2.3, src/goodput_utils.py lines 81
 2026-12-04). That library reads its events from Cloud Logging, so it is not a dependency; its rules
 are followed where they apply (src/goodput.py, same version):
 
-- PROGRAM_STARTUP: the first step of each attempt beyond the attempt's average step (its compile),
-  as `_compute_segment_final_metrics` does; an attempt of one step keeps it productive.
+- PROGRAM_STARTUP: the wait for the step's compilation (what of it the restore did not hide), and
+  the first step of each attempt beyond the attempt's average step (what the first call still
+  costs: collectives connecting, buffers allocated), as `_compute_segment_final_metrics` does; an
+  attempt of one step keeps it productive.
 - WASTED_PROGRESS_FROM_DISRUPTION: steps an attempt ran past the checkpoint the next attempt resumed
   from (the library's steps "lost due to disruption"); a run that ended failed loses those past its
   last save.
@@ -69,7 +74,19 @@ class BadputType(enum.Enum):
 
 
 EVENTS = frozenset(
-    {"attempt_start", "reserved", "workers_started", "state_built", "initialized", "restored", "data_wait", "step", "save", "attempt_end"}
+    {
+        "attempt_start",
+        "reserved",
+        "workers_started",
+        "state_built",
+        "initialized",
+        "restored",
+        "data_wait",
+        "compiled",
+        "step",
+        "save",
+        "attempt_end",
+    }
 )
 
 
@@ -215,6 +232,8 @@ def account(events: Iterable[Mapping[str, Any]], now: float | None = None) -> Go
                 bad[BadputType.UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME] += float(e["seconds"])
             elif e["event"] == "data_wait":
                 bad[BadputType.DATA_LOADING_SYNC] += float(e["seconds"])
+            elif e["event"] == "compiled":
+                bad[BadputType.PROGRAM_STARTUP] += float(e["wait_s"])
             elif e["event"] == "save":
                 bad[BadputType.UNPRODUCTIVE_CHECKPOINT_SAVE_TIME] += float(e["stall_s"])
         kept: list[float] = []

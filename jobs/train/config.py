@@ -181,7 +181,7 @@ def _parser() -> cli.JobArgumentParser:
         metavar="DIR",
         help=f"JAX's persistent compilation cache, shared by every attempt and run: a directory or gs://..., or "
         f"'{compile_cache.DISABLED}' (default: ${compile_cache.CACHE_ENV}, else gs://BUCKET/{compile_cache.XLA_CACHE_DIR}/"
-        f"{compile_cache.TRAIN_CACHE} of the env)",
+        f"{compile_cache.TRAIN_CACHE} of --storage's bucket, or --storage/.{compile_cache.XLA_CACHE_DIR} for a local one)",
     )
     g.add_argument("--matmul-baseline", type=int, default=0, metavar="SIZE", help=argparse.SUPPRESS)  # bench/jobs_bench.py
     cli.add_fault_flags(p, step_timeout_s=DEFAULT_STEP_TIMEOUT_S)
@@ -321,7 +321,7 @@ def parse_config(
     storage_path = args.storage or default_storage(target)
     if not storage_path:
         parser.error(f"argument --storage: needed (no ${STORAGE_ENV} and no environment config with a bucket)")
-    cache = compile_cache.resolve(args.compilation_cache, target.bucket_name) if read_files else ""
+    cache = compile_cache.resolve(args.compilation_cache, storage_path) if read_files else ""
     if cache:  # an unreachable gs:// cache hangs JAX's first compile: refuse it here instead
         try:
             compile_cache.check_reachable(cache)

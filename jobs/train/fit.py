@@ -104,26 +104,13 @@ def _stalls(board: Any, timeout_s: float) -> dict[int, tuple[float, Any]]:
     return reports or progress.silent_since_progress(silence, timeout_s)
 
 
-def _fit(target: cli.SliceTarget, config: TrainConfig, board: Any, book: ledger.Ledger, attempt: int) -> TrainResult:
-    """One Ray Train run of `config.run_name` in `config.storage_path`: wait (bounded) for whole idle
-    slices, fit, return the summary."""
+def ray_train_configs(target: cli.SliceTarget, name: str, storage_path: str) -> tuple[Any, Any]:
+    """Ray Train's ScalingConfig and RunConfig of a run: one worker per host of whole slices, no
+    retries inside Ray Train (also what bench/noop_trainer.py, the start-up floor, runs with)."""
     # Ray Train v2's configs, which JaxTrainer takes (what `ray.train` re-exports unless RAY_TRAIN_V2_ENABLED=0).
     from ray.train.v2.api.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
-    from ray.train.v2.jax import JaxTrainer
 
-    from jobs.train.text import text_dataset
-
-    name, storage_path = config.run_name, config.storage_path
     shape = target.shape
-    timeout = target.reserve_timeout_s or cli.DEFAULT_RESERVE_TIMEOUT_S
-    started = time.monotonic()
-    # Ray Train reserves the slices itself; wait for them here first, bounded, so that a missing
-    # host gives our error (which hosts are there) rather than an endless rescheduling loop...
-    wait_for_slices(shape, target.slices, timeout)
-    book.record("reserved", attempt=attempt)
-    # ...and bound Ray Train's own wait by what is left (the controller reads this variable).
-    os.environ["RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"] = str(max(30.0, timeout - (time.monotonic() - started)))
-
     scaling = ScalingConfig(
         use_tpu=True,
         num_workers=target.hosts,
@@ -141,6 +128,28 @@ def _fit(target: cli.SliceTarget, config: TrainConfig, board: Any, book: ledger.
         failure_config=FailureConfig(max_failures=0, max_preemption_failures=0, controller_failure_limit=0),
         worker_runtime_env={"env_vars": {k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}},
     )
+    return scaling, run_config
+
+
+def _fit(target: cli.SliceTarget, config: TrainConfig, board: Any, book: ledger.Ledger, attempt: int) -> TrainResult:
+    """One Ray Train run of `config.run_name` in `config.storage_path`: wait (bounded) for whole idle
+    slices, fit, return the summary."""
+    from ray.train.v2.jax import JaxTrainer
+
+    from jobs.train.text import text_dataset
+
+    name, storage_path = config.run_name, config.storage_path
+    shape = target.shape
+    timeout = target.reserve_timeout_s or cli.DEFAULT_RESERVE_TIMEOUT_S
+    started = time.monotonic()
+    # Ray Train reserves the slices itself; wait for them here first, bounded, so that a missing
+    # host gives our error (which hosts are there) rather than an endless rescheduling loop...
+    wait_for_slices(shape, target.slices, timeout)
+    book.record("reserved", attempt=attempt)
+    # ...and bound Ray Train's own wait by what is left (the controller reads this variable).
+    os.environ["RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"] = str(max(30.0, timeout - (time.monotonic() - started)))
+
+    scaling, run_config = ray_train_configs(target, name, storage_path)
     cfg = ModelConfig(**config.model)
     # Real text through Ray Data; synthetic tokens are made on the workers (jobs.train.data).
     datasets = {"train": text_dataset(config.data, config.tokenizer, cfg.seq_len)} if config.data else None

@@ -63,6 +63,8 @@ class ShardedState:
         self._init_opt = jax.jit(self.optimizer.init, out_shardings=opt_sharding)
         self.params: Any = None
         self.opt_state: Any = None
+        self.global_batch = config.global_batch
+        self._compiled: Any = None  # compile_step's executable
         if initialize:
             self.start_from(init_params(self.cfg, config.seed))  # numpy, identical on every host
 
@@ -73,13 +75,26 @@ class ShardedState:
             donate_argnums=(0, 1),
         )
 
+    def compile_step(self) -> float:
+        """Compile the step ahead of its first call, from the shapes alone (so it can run while the
+        parameters are restored or made): the persistent compilation cache is looked up here. The
+        seconds it took."""
+        import jax
+        import numpy as np
+
+        begin = time.perf_counter()
+        tokens = jax.ShapeDtypeStruct((self.global_batch, self.cfg.seq_len + 1), np.int32, sharding=self.batch_sharding)
+        self._compiled = self._step.lower(self._abstract, self._abstract_opt, tokens).compile()
+        return time.perf_counter() - begin
+
     def batch(self, local_tokens):
         import jax
 
         return jax.make_array_from_process_local_data(self.batch_sharding, local_tokens)
 
     def step(self, tokens) -> float:
-        self.params, self.opt_state, loss = self._step(self.params, self.opt_state, tokens)
+        step = self._compiled if self._compiled is not None and tokens.shape == (self.global_batch, self.cfg.seq_len + 1) else self._step
+        self.params, self.opt_state, loss = step(self.params, self.opt_state, tokens)
         return float(loss)  # waits for the step
 
     def abstract(self) -> tuple[Any, Any]:

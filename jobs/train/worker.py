@@ -23,6 +23,8 @@ from jobs.train.text import DataError
 
 # Bound on waiting for the first batch from Ray Data.
 DATA_TIMEOUT_S = 600.0
+# Bound on waiting for the step's compilation (minutes for a big model on a real slice).
+COMPILE_TIMEOUT_S = 3600.0
 # Where the attempt's ProgressBoard handle travels in `train_loop_config` (not a TrainConfig field:
 # an actor handle, not a number).
 BOARD_KEY = "progress_board"
@@ -74,12 +76,16 @@ def _train(config: TrainConfig, rank: int, watchdog: progress.StepWatchdog, time
     batches = _epochs(ray.train.get_dataset_shard("train"), local_batch, config.data) if config.data else None
     # Starting Ray Data's pipeline takes seconds (coordinator, tasks, workers): overlap it with
     # building the model instead of waiting for it at the first step.
-    pool = ThreadPoolExecutor(1)
+    pool = ThreadPoolExecutor(2)
     try:
         first_batch = pool.submit(next, batches, None) if batches is not None else None
         state = ShardedState(config, initialize=False)  # parameters: a checkpoint's, else an import's or random
         timeline["state_built_at"] = time.time()
         note("state_built")
+        # Compile the step while the parameters are restored, imported or made: its executable
+        # depends on their shapes alone, and on a big model both take minutes.
+        hits, misses = cache_events.hits, cache_events.misses
+        compiling = pool.submit(state.compile_step)
         first = None
         if first_batch is not None:
             waited = time.perf_counter()
@@ -118,6 +124,14 @@ def _train(config: TrainConfig, rank: int, watchdog: progress.StepWatchdog, time
     else:
         state.start_from(init_params(state.cfg, config.seed))
         note("initialized", how="random", seconds=time.perf_counter() - begin)
+
+    waited = time.perf_counter()
+    compile_s = compiling.result(timeout=COMPILE_TIMEOUT_S)  # bounded; raises TimeoutError
+    cache_hits = cache_events.hits - hits  # the step's executable found in the persistent cache
+    note(
+        "compiled", seconds=compile_s, wait_s=time.perf_counter() - waited, cache_hits=cache_hits, cache_misses=cache_events.misses - misses
+    )
+    watchdog.beat("compiled")
 
     # A run keeps its tokenizer when it starts; a resumed one already has it, and must not need
     # the path it came from (an --init-from directory's, possibly gone by the rerun).
@@ -158,16 +172,12 @@ def _train(config: TrainConfig, rank: int, watchdog: progress.StepWatchdog, time
         tokens = state.batch(batch["tokens"])
         if step == start_step:
             first_step_at = time.time()
-            hits, misses = cache_events.hits, cache_events.misses
         begin = time.perf_counter()
         losses.append(state.step(tokens))
         times.append(time.perf_counter() - begin)
-        if step == start_step:  # the first call compiles the step, or finds it in the persistent cache
-            cache_hits = cache_events.hits - hits
-            note("step", step=step + 1, seconds=times[-1], data_s=data_s, cache_hits=cache_hits, cache_misses=cache_events.misses - misses)
+        note("step", step=step + 1, seconds=times[-1], data_s=data_s)
+        if step == start_step:
             first_step_at = _latest_over_processes(first_step_at)
-        else:
-            note("step", step=step + 1, seconds=times[-1], data_s=data_s)
         watchdog.beat(step + 1)
         say(f"[train] step {step + 1}/{config.steps} loss {losses[-1]:.4f} ({times[-1] * 1e3:.0f} ms)")
 

@@ -15,12 +15,13 @@ from jobs.runtime import compile_cache
 def test_one_layout_with_the_rayservices_xla_cache(monkeypatch):
     monkeypatch.delenv(compile_cache.CACHE_ENV, raising=False)
     assert compile_cache.XLA_CACHE_DIR == serving.XLA_CACHE_DIR  # <bucket>/xla-cache/<model> for vLLM
-    assert compile_cache.resolve(None, "acme-dev") == "gs://acme-dev/xla-cache/train"
-    assert compile_cache.resolve(None, None) == ""
-    assert compile_cache.resolve("none", "acme-dev") == ""
+    runs = "gs://acme-dev/ray-train"  # jobs.train's default storage in an environment's bucket
+    assert compile_cache.resolve(None, runs) == "gs://acme-dev/xla-cache/train"
+    assert compile_cache.resolve(None, "/data/runs") == "/data/runs/.xla-cache"
+    assert compile_cache.resolve("none", runs) == ""
     monkeypatch.setenv(compile_cache.CACHE_ENV, "/sim/xla-cache")  # what jobs.local sets
-    assert compile_cache.resolve(None, "acme-dev") == "/sim/xla-cache"
-    assert compile_cache.resolve("gs://other/cache", "acme-dev") == "gs://other/cache"
+    assert compile_cache.resolve(None, runs) == "/sim/xla-cache"
+    assert compile_cache.resolve("gs://other/cache", runs) == "gs://other/cache"
 
 
 def test_the_cpu_simulation_caches_every_compile_and_a_tpu_keeps_jaxs_floor():

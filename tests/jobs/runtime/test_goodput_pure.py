@@ -17,7 +17,8 @@ def ev(t: float, event: str, attempt: int = 1, **fields) -> dict:
 
 def attempt_events(attempt: int, t: float, steps: range, first_s: float, step_s: float, every: int, restored: int | None = None):
     """An attempt that starts at `t`: 2 s to its slices, 8 s to its workers, 2 s to its state, then
-    a restore (or a random init) and `steps`, a save every `every` steps; returns (events, end)."""
+    a restore (or a random init), 0.25 s more waiting for the compile, and `steps`, a save every
+    `every` steps; returns (events, end)."""
     out = [ev(t, "attempt_start", attempt), ev(t + 2, "reserved", attempt), ev(t + 10, "workers_started", attempt)]
     out.append(ev(t + 12, "state_built", attempt))
     t += 12
@@ -28,6 +29,8 @@ def attempt_events(attempt: int, t: float, steps: range, first_s: float, step_s:
     t += 0.5
     out.append(ev(t + 0.3, "data_wait", attempt, seconds=0.3))
     t += 0.3
+    out.append(ev(t + 0.25, "compiled", attempt, seconds=1.0, wait_s=0.25, cache_hits=0, cache_misses=1))  # 0.75 s hidden
+    t += 0.25
     for n, step in enumerate(steps):
         seconds = first_s if n == 0 else step_s
         t += 0.1 + seconds  # the batch, then the step
@@ -48,8 +51,8 @@ def test_no_disruption():
     g = account(events)
     assert g.finished and g.disruptions == 0 and g.last_step == 10
     assert g.wall_s == pytest.approx(t + 1.0 - 100.0)
-    assert g.productive_s == pytest.approx(10 * 1.0)  # the first step's 4 s over the average is its compile
-    assert g.badput_s[B.PROGRAM_STARTUP] == pytest.approx(4.0)
+    assert g.productive_s == pytest.approx(10 * 1.0)
+    assert g.badput_s[B.PROGRAM_STARTUP] == pytest.approx(0.25 + 4.0)  # the compile's wait, the first step's excess
     assert g.badput_s[B.TPU_INITIALIZATION] == pytest.approx(10.0)  # 2 s to the slices, 8 s to the workers
     assert g.badput_s[B.TRAINING_PREP] == pytest.approx(2.5)
     assert g.badput_s[B.DATA_LOADING_SYNC] == pytest.approx(0.3 + 10 * 0.1)
