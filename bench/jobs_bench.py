@@ -200,7 +200,7 @@ def ray_train_phases(messages: list[str]) -> dict[str, float]:
     for message in messages:
         for phase, pattern in RAY_TRAIN_PHASES.items():
             match = pattern.search(message)
-            if match:
+            if match and phase not in found:  # the first: start-up's, not a later callback round's
                 found[phase] = float(match.group(1))
     return found
 

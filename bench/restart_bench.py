@@ -109,6 +109,7 @@ def milestones(events: list[dict[str, Any]], killed_at: float) -> dict[str, floa
         return s[0] - statistics.median(s[1:]) if len(s) > 1 else 0.0
 
     return {
+        "noticed": first("fit_failed", 1)["t"] - killed_at,
         "detected": first("attempt_end", 1)["t"] - killed_at,
         "reserved": first("reserved", 2)["t"] - killed_at,
         "workers_up": first("workers_started", 2)["t"] - killed_at,
@@ -131,7 +132,7 @@ def describe(label: str, result: dict[str, Any]) -> str:
     lost = account.badput_s[BadputType.WASTED_PROGRESS_FROM_DISRUPTION]
     return "\n".join(
         [
-            f"{label}: kill -> detected {m['detected']:.1f} s -> reserved {m['reserved']:.1f} s -> workers up {m['workers_up']:.1f} s "
+            f"{label}: kill -> Ray Train's run failed {m['noticed']:.1f} s -> detected (a lost host) {m['detected']:.1f} s -> reserved {m['reserved']:.1f} s -> workers up {m['workers_up']:.1f} s "
             f"-> restored (step {m['restored_step']:.0f}) {m['restored']:.1f} s -> training again {m['training_again']:.1f} s",
             f"  progress lost {lost:.1f} s of steps; rerun's step compile {m['compile_2']:.1f} s ({m['cache_hits_2']:.0f} cache hits; "
             f"{m['compile_wait_2']:.1f} s of it not hidden by the restore), first attempt's {m['compile_1']:.1f} s; the rerun's first "

@@ -16,6 +16,7 @@ line, `{"t": <unix time>, "event": <kind>, ...}`, in the order they happened:
     step           {attempt, step, seconds, data_s}  step `step` (1-based) ran for `seconds`, after
                                              waiting `data_s` for its batch
     save           {attempt, step, stall_s}  a checkpoint save started; the loop was blocked stall_s
+    fit_failed     {attempt}                 Ray Train's run raised (before the error was classified)
     attempt_end    {attempt, outcome}        the attempt ended: succeeded, host-lost, failed, ...
 
 `account(events, now)` turns them into goodput (productive step time over the wall time since the
@@ -31,7 +32,8 @@ are followed where they apply (src/goodput.py, same version):
 - WASTED_PROGRESS_FROM_DISRUPTION: steps an attempt ran past the checkpoint the next attempt resumed
   from (the library's steps "lost due to disruption"); a run that ended failed loses those past its
   last save.
-- INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION: from a disrupted attempt's last event to the next
+- INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION: from a disrupted attempt's last event (its last step
+  or save: Ray Train noticing the lost host and the driver classifying it count here) to the next
   attempt having its slices again (the library counts disruption -> restart; a re-provisioned host
   is part of the restart here, since the new attempt waits for it). The gap after an attempt that
   succeeded (the run resubmitted with more steps) is no disruption: it is OTHER.
@@ -85,11 +87,14 @@ EVENTS = frozenset(
         "compiled",
         "step",
         "save",
+        "fit_failed",
         "attempt_end",
     }
 )
 
 
+# The driver's notes of an attempt's end: a disruption starts at the attempt's last event before them.
+DRIVER_ENDS = frozenset({"fit_failed", "attempt_end"})
 # Outcomes of an attempt that ended by itself: what follows is a new submission, not a recovery.
 FINISHED = frozenset({"succeeded", "already-trained"})
 
@@ -255,7 +260,7 @@ def account(events: Iterable[Mapping[str, Any]], now: float | None = None) -> Go
             # A disruption: from this attempt's last event to the next one holding its slices. (After
             # an attempt that finished, a later submission of the run is no recovery: OTHER.)
             disruptions += 1
-            stop = float(next((e for e in reversed(evs) if e["event"] != "attempt_end"), evs[0])["t"])
+            stop = float(next((e for e in reversed(evs) if e["event"] not in DRIVER_ENDS), evs[0])["t"])
             nxt_first = {e["event"]: e for e in reversed(nxt)}
             resume_at = nxt_first.get("reserved", nxt_first.get("attempt_start", nxt[0]))
             bad[BadputType.INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION] += max(0.0, float(resume_at["t"]) - stop)

@@ -161,7 +161,11 @@ def _fit(target: cli.SliceTarget, config: TrainConfig, board: Any, book: ledger.
         datasets=datasets,
     )
     fit_started_at = time.time()
-    result = trainer.fit()
+    try:
+        result = trainer.fit()
+    except BaseException:
+        book.record("fit_failed", attempt=attempt)  # when Ray Train gave up: the lost host noticed
+        raise
     reported = result.metrics or {}
     if reported.get("already_done"):
         raise AlreadyTrained(f"run {name!r} is already at step {reported['step']} (>= --steps); pass more --steps or another --name")

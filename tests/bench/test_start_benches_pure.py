@@ -25,6 +25,8 @@ MESSAGES = [
     "[Worker Group Initialization] after_worker_group_start callbacks completed in 4.20s.\n  Individual callback time "
     "breakdown:\n    ReportCallbackHandler: 0.00s\n    BackendSetupCallback: 4.16s\n    DatasetsCallback: 0.02s",
     "[Worker Group Initialization] Train function launched on workers in 0.05s.",
+    "[Worker Group Initialization] after_worker_group_training_start callbacks completed in 0.00s.\n  Individual callback "
+    "time breakdown:\n    BackendSetupCallback: 0.00s",
     "[Worker Group Initialization] Worker group startup completed in 10.07s total.",
 ]
 
@@ -44,10 +46,10 @@ def test_ray_trains_worker_group_breakdown_is_read_from_its_log():
 def test_restart_milestones_come_from_the_ledger():
     first, t = attempt_events(1, 0.0, range(1, 7), first_s=5.0, step_s=1.0, every=4)
     killed = t + 0.5
-    first.append(ev(t + 10.0, "attempt_end", outcome="host-lost"))
+    first += [ev(t + 3.0, "fit_failed"), ev(t + 10.0, "attempt_end", outcome="host-lost")]
     second, _ = attempt_events(2, t + 11.0, range(5, 9), first_s=1.5, step_s=1.0, every=4, restored=4)
     m = restart_bench.milestones(first + second, killed)
-    assert m["detected"] == pytest.approx(9.5)
+    assert (m["noticed"], m["detected"]) == (pytest.approx(2.5), pytest.approx(9.5))
     assert m["reserved"] == pytest.approx(11.0 + 2.0 - 0.5)  # the rerun started 11 s after the last step, its slices 2 s later
     assert m["restored_step"] == 4 and m["compile_2"] == 1.0 and m["compile_wait_2"] == 0.25
     assert m["first_step_extra_2"] == pytest.approx(0.5)

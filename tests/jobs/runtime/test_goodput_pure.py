@@ -69,7 +69,7 @@ def test_no_disruption():
 def test_one_disruption_wastes_at_most_one_checkpoint_interval():
     every, step_s = 5, 1.0
     first, t = attempt_events(1, 0.0, range(1, 9), first_s=5.0, step_s=step_s, every=every)  # saved at 5, lost after 8
-    first.append(ev(t + 20.0, "attempt_end", outcome="host-lost"))  # 20 s to notice
+    first += [ev(t + 15.0, "fit_failed"), ev(t + 20.0, "attempt_end", outcome="host-lost")]  # 20 s to notice
     second, t2 = attempt_events(2, t + 21.0, range(6, 13), first_s=1.5, step_s=step_s, every=every, restored=5)
     second.append(ev(t2 + 1.0, "attempt_end", 2, outcome="succeeded"))
     g = account(first + second)
