@@ -120,7 +120,7 @@ class Ledger:
         earlier = 0
         with contextlib.suppress(storage.StorageError, LedgerError):
             earlier = max((int(e.get("attempt", 0)) for e in read_events(uri) if isinstance(e, dict)), default=0)
-        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
+        here = NodeAffinitySchedulingStrategy(_head_or_own_node(), soft=True)
         actor = ray.remote(LedgerWriter).options(num_cpus=0, scheduling_strategy=here)
         return cls(actor.remote(uri), earlier)
 
@@ -139,6 +139,18 @@ class Ledger:
             ray.get(self.handle.flush.remote(), timeout=CLOSE_TIMEOUT_S)
         with contextlib.suppress(Exception):
             ray.kill(self.handle)
+
+
+def _head_or_own_node() -> str:
+    """The head node (where the driver of a submitted job runs, and which no TPU host loss takes
+    along), else this process's node. A driver connected from outside can be attached to any
+    raylet of its machine: on the simulation, a TPU host's."""
+    import ray
+
+    for node in ray.nodes():
+        if node.get("Alive") and "node:__internal_head__" in node.get("Resources", {}):
+            return str(node["NodeID"])
+    return str(ray.get_runtime_context().get_node_id())
 
 
 def record(handle: Any, event: str, **fields: Any) -> None:
