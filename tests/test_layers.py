@@ -36,6 +36,7 @@ JOBS_LAYERS = {
     "jobs.serve_demo": 4,
     "jobs.serve_smoke": 4,
     "jobs.export": 4,
+    "jobs.goodput": 4,
 }
 # Imports across roles of one layer, each with its reason.
 ALLOWED = {
