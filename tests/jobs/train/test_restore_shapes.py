@@ -39,6 +39,8 @@ print(json.dumps({"built": state.params is not None, "grown": grown, "per_device
 """
 
 
+# A 16-device JAX process: half a minute on 2 busy cores, so `make test-slow` (keeps make test under 12 minutes).
+@pytest.mark.slow
 def test_8b_restores_into_abstract_shards_of_the_per_chip_size_and_builds_nothing(tmp_path):
     shape = catalog.shape("v6e", "4x4")
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": f"--xla_force_host_platform_device_count={shape.chips}"}
