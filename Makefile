@@ -165,7 +165,7 @@ show: setup ## summarise what ENV declares
 checkov: synth ## checkov on every synthesized stack (justified skips: infra/checkov_scan.py)
 	$(PY) -m infra.checkov_scan $(CDKTF_OUT) $(CHECKOV)
 
-bench: setup serve-setup ## benchmarks: synth vs bare provider import, jobs vs bare JAX/Ray (and Ray Train's floor), a lost host's recovery, real text vs synthetic, checkpoint stall, HF import vs bare read, Serve vs bare vLLM, GPU MFU
+bench: setup serve-setup ## benchmarks: synth vs bare provider import, jobs vs bare JAX/Ray (and Ray Train's floor), a lost host's recovery, real text vs synthetic, checkpoint stall, HF import vs bare read, Ray Serve LLM vs vllm serve (vLLM's own client), GPU MFU
 	$(PY) bench/synth_bench.py
 	$(PY) bench/jobs_bench.py
 	$(PY) bench/restart_bench.py

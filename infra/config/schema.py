@@ -363,8 +363,12 @@ class Serving(Strict):
     replicas: PositiveInt = 1
     # The name of a Kubernetes Secret holding HF_TOKEN (a reference only: no token in our files).
     hf_token_secret: Name | None = None
-    # An image with vllm-tpu baked in; without one every pod installs vllm-tpu at start (slow).
+    # An image with vllm-tpu baked in (images/serve.Dockerfile; `make images`, or SERVE_IMAGE=...).
     image: Annotated[str, Field(min_length=1)] | None = None
+    # Development only: without an `image`, every replica start pip-installs vllm-tpu (minutes each
+    # time). Off by default, so that the RayService of any other environment refuses to run without
+    # the serving image (infra.serving.serve_pip).
+    pip_install_vllm: bool = False
 
     @field_validator("model")
     @classmethod

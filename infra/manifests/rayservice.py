@@ -13,10 +13,15 @@
   (`CODE_DIR`, uploaded by `python -m jobs.serve --print-code-sync`). Its Workload Identity
   service account is the RayCluster's.
 - `/dev/shm` is a memory emptyDir (vLLM and Ray's object store use shared memory).
+- Every pod runs Ray Serve's high-throughput path (`infra.serving.SERVE_FAST_PATH_ENV`): HAProxy on
+  port 8000 in place of the Python proxy, and the vLLM server replica as its own ingress (direct
+  streaming), as `bench/serve_bench.py` measures it against `vllm serve`.
 - A Hugging Face token only ever comes from a Secret (`serving.hf_token_secret`, key HF_TOKEN).
 
-The image is `serving.image` where the config has one, else Ray's Python 3.12 image with
-vllm-tpu installed by the application's runtime env (infra.serving.serve_image / serve_pip).
+The image is `serving.image` (the project's serving image, with vLLM: Cloud Build's manifests stage
+passes the one it built). Without one the RayService is refused, except where the config sets
+`serving.pip_install_vllm` (dev): Ray's Python 3.12 image, with vllm-tpu installed by the
+application's runtime env at every replica start (infra.serving.serve_image / serve_pip).
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ from infra.serving import (
     CODE_PREFIX,
     ENV_VAR,
     SERVE_APP,
+    SERVE_FAST_PATH_ENV,
+    SERVE_MULTI_NODE_ENV,
     SERVE_PORT,
     XLA_CACHE_DIR,
     ServeConfigError,
@@ -107,6 +114,9 @@ def _pod_env(env: Environment) -> list[dict[str, Any]]:
         {"name": "PYTHONPATH", "value": CODE_DIR},
         {"name": ENV_VAR, "value": env.name},
         {"name": "VLLM_XLA_CACHE_PATH", "value": f"{BUCKET_MOUNT}/{XLA_CACHE_DIR}"},
+        # Ray Serve's high-throughput path (HAProxy, direct streaming): read by the Serve
+        # controller and proxies at start, so it goes on every pod (infra.serving, with sources).
+        *({"name": k, "value": v} for k, v in {**SERVE_FAST_PATH_ENV, **SERVE_MULTI_NODE_ENV}.items()),
     ]
     if env.serving and env.serving.hf_token_secret:
         out.append({"name": HF_TOKEN_KEY, "valueFrom": {"secretKeyRef": {"name": env.serving.hf_token_secret, "key": HF_TOKEN_KEY}}})
@@ -152,10 +162,10 @@ def ray_service(env: Environment) -> dict[str, Any]:
         raise ConfigError(f"environment {env.name!r}", ["serving: no serving section, so no RayService"])
     try:
         llm_config_kwargs(env)  # every check the deployment will make, before anything is printed
+        image = serve_image(env)  # the serving image, or dev's explicit pip install of vLLM
     except ServeConfigError as err:
         raise ConfigError(f"environment {env.name!r}", [f"serving: {err}"]) from None
     group = env.slice_group(env.serving.slice_group)
-    image = serve_image(env)
     replicas = env.serving.replicas
     # KubeRay names this RayService's RayCluster (and so its token's Secret) itself: the operator
     # injects the token into every Ray container, and sends it to the dashboard it deploys through.

@@ -3,6 +3,8 @@
 - `jobs.serve:build_app` (app.py): the Serve application builder the RayService and `serve run` name;
   `python -m jobs.serve` deploys it or prints its LLMConfig (`--print-config`) or the code upload
   (`--print-code-sync`).
+- local.py: a local Ray + Serve on CPU with a model deployed as the RayService deploys it (the
+  demo, the serving tests, `make bench`).
 - demo.py: `make serve-demo` (`python -m jobs.serve_demo`), the tiny model served locally on CPU.
 - smoke.py: `make serve-smoke` (`python -m jobs.serve_smoke`), a laptop-side query of the deployed
   RayService through a port-forward.

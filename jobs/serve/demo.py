@@ -8,8 +8,9 @@ served by the real vLLM engine through Ray Serve LLM on this machine (127.0.0.1)
 there (`python -m jobs.demo --export DIR`, in the main venv: this one has no JAX). `--model-dir
 tiny` serves the random tiny Llama instead (jobs.serve.tiny_model, written on the fly).
 
-Steps: start a local Ray with its files under build/serve, deploy `jobs.serve:build_app` (a CPU
-deployment of the model), then query /v1/models, a completion, a chat completion, a streamed chat
+Steps: start a local Ray with its files under build/serve (jobs.serve.local: the RayService's
+serving path, HAProxy and direct streaming), deploy `jobs.serve:build_app` (a CPU deployment of the
+model), then query /v1/models, a completion, a chat completion, a streamed chat
 completion and a 16-token greedy completion with its token ids (what the tests compare with the JAX
 model's own greedy decode), send three bad requests (unknown model, over-long prompt, malformed
 JSON) that must get 4xx answers, and check that the server still answers afterwards. Prints a
@@ -23,25 +24,18 @@ Exit status: 0 all checks passed, 1 a check failed, 3 timed out.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
 import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from jobs import REPO_ROOT
-from jobs.runtime.deadlines import call_with_timeout
 from jobs.runtime.net import free_port
+from jobs.serve.local import MAX_MODEL_LEN, MODEL_DIR, MODEL_ID, WORK, apply_offline_environment, ensure_model, local_serve
 
-WORK = REPO_ROOT / "build" / "serve"
-MODEL_DIR = WORK / "tiny-llama"  # the random tiny model (the benchmark's, `--model-dir tiny`)
-MODEL_ID = "tiny-llama"
-MAX_MODEL_LEN = 512
 TRAINED_DIR = WORK / "trained-llama"  # what `make serve-demo` trains and exports
 GREEDY_PROMPT = "A TPU slice is"
 GREEDY_TOKENS = 16
@@ -49,104 +43,6 @@ GREEDY_TOKENS = 16
 
 class DemoTimeout(Exception):
     pass
-
-
-def offline_environment(work: Path = WORK) -> dict[str, str]:
-    """Everything Ray and vLLM would write or fetch, pointed at `work` and offline. Set before
-    importing ray or vllm; the replicas get the same through runtime_env (jobs.serve.offline_env_vars)."""
-    ray_tmp = work / "ray"
-    # Ray puts sockets at <tmp>/ray/session_<date>_<pid>/sockets/plasma_store (about 70 more bytes);
-    # a unix socket path must fit in 107.
-    if len(str(ray_tmp)) > 36:
-        ray_tmp = Path(f"/tmp/ray-tpu-gke-serve-{os.getuid()}")
-    return {
-        "RAY_TMPDIR": str(ray_tmp),
-        # Off on purpose: one in-process Ray that lives for the demo, whose only client is this
-        # process; the simulated slice (jobs.local) and every cluster we deploy run with a token.
-        "RAY_AUTH_MODE": "disabled",
-        "RAY_USAGE_STATS_ENABLED": "0",
-        "DO_NOT_TRACK": "1",
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "HF_HOME": str(work / "hf"),
-        "VLLM_CACHE_ROOT": str(work / "vllm-cache"),
-        "VLLM_CPU_KVCACHE_SPACE": "1",
-        "VLLM_NO_USAGE_STATS": "1",
-        "XDG_CACHE_HOME": str(work / "cache"),
-        "TOKENIZERS_PARALLELISM": "false",
-    }
-
-
-def apply_offline_environment(work: Path = WORK) -> dict[str, str]:
-    env = offline_environment(work)
-    os.environ.update(env)
-    for key in ("RAY_TMPDIR", "HF_HOME", "VLLM_CACHE_ROOT", "XDG_CACHE_HOME"):
-        Path(env[key]).mkdir(parents=True, exist_ok=True)
-    return env
-
-
-def ensure_model(model_dir: Path = MODEL_DIR) -> Path:
-    from jobs.serve.tiny_model import is_complete, make_tiny_model
-
-    if not is_complete(model_dir):
-        make_tiny_model(model_dir)
-    return model_dir
-
-
-def _bounded(fn, timeout_s: float, what: str) -> None:
-    """Run a teardown step in a thread so that a hang cannot keep the process alive; warn, never raise."""
-    try:
-        call_with_timeout(fn, timeout_s, what)
-    except TimeoutError as err:
-        print(f"warning: {err}", file=sys.stderr)
-    except Exception as err:
-        print(f"warning: {what} failed: {err!r}", file=sys.stderr)
-
-
-@contextlib.contextmanager
-def local_serve(
-    model_dir: Path,
-    *,
-    port: int,
-    deploy_timeout_s: float,
-    num_cpus: int = 4,
-    timings: dict[str, float] | None = None,
-    model_id: str = MODEL_ID,
-    max_model_len: int = MAX_MODEL_LEN,
-) -> Iterator[str]:
-    """A local Ray + Serve with the tiny model deployed; yields the base URL. Always tears down."""
-    import ray
-    from ray import serve
-
-    from jobs.serve.app import APP_NAME, build_app, deploy
-
-    timings = {} if timings is None else timings
-    t0 = time.monotonic()
-    ray.init(
-        address="local",
-        num_cpus=num_cpus,
-        include_dashboard=False,
-        object_store_memory=256 * 2**20,
-        log_to_driver=False,
-        configure_logging=False,
-    )
-    try:
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
-        timings["ray_start_s"] = time.monotonic() - t0
-        t1 = time.monotonic()
-        deploy(
-            build_app({"model_dir": str(model_dir), "model_id": model_id, "max_model_len": max_model_len}),
-            name=APP_NAME,
-            timeout_s=deploy_timeout_s,
-        )
-        timings["deploy_s"] = time.monotonic() - t1
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        signal.alarm(0)  # the teardown has its own bounds; a timeout must not cut it short
-        t2 = time.monotonic()
-        _bounded(serve.shutdown, 60, "serve.shutdown")
-        _bounded(ray.shutdown, 60, "ray.shutdown")
-        timings["teardown_s"] = time.monotonic() - t2
 
 
 def served_model(model_dir: Path) -> tuple[str, int]:

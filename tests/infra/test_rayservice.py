@@ -4,6 +4,8 @@ serve config importing jobs.serve, and the GCS FUSE / shared-memory / secret plu
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,9 +14,13 @@ import yaml
 from infra.config import ENVIRONMENTS_DIR, ConfigError, environment_names, load_environment, parse_environment
 from infra.manifests.raycluster import RayClusterPods, ray_cluster, tpu_worker_group
 from infra.manifests.rayservice import CODE_DIR, ray_service, serve_config, serve_service_name
+from infra.serving import SERVE_FAST_PATH_ENV
+from jobs.serve.local import CPU_SIMULATION_ENV
 from tests.kuberay_schema import errors
 
-SHARED = Path(__file__).resolve().parents[3] / "shared"
+REPO = Path(__file__).resolve().parents[2]
+SHARED = REPO.parent / "shared"
+SERVE_IMAGE = "us-docker.pkg.dev/my-gcp-project/ray-tpu-gke/ray-serve-tpu@sha256:" + "a" * 64
 
 
 @pytest.fixture(scope="module")
@@ -141,3 +147,41 @@ def test_unservable_config_is_a_config_error_naming_serving():
     data.pop("serving")
     with pytest.raises(ConfigError, match="no serving section"):
         ray_service(parse_environment(data))
+
+
+def test_every_pod_runs_ray_serves_high_throughput_path_and_nothing_of_the_cpu_simulation():
+    # The Serve controller and HAProxy read these at start: pod env, on the head and the workers.
+    for template in pods(ray_service(load_environment("dev"))):
+        (container,) = template["spec"]["containers"]
+        env_vars = {e["name"]: e.get("value") for e in container["env"]}
+        assert {k: env_vars.get(k) for k in SERVE_FAST_PATH_ENV} == SERVE_FAST_PATH_ENV
+        assert env_vars["RAY_SERVE_DEFAULT_HTTP_HOST"] == "0.0.0.0"  # HAProxy reaches replicas on other nodes
+        assert not set(CPU_SIMULATION_ENV) & set(env_vars)
+
+
+def print_manifests(env: Path | str, *args: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "infra", "manifests", "--env", str(env), *args]
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=60)
+
+
+def test_only_an_opted_in_environment_pip_installs_vllm_at_replica_start(tmp_path):
+    # A serving section like dev's, without dev's opt-in: no RayService without the serving image.
+    data = dev_data() | {"name": "staging"}
+    data["serving"].pop("pip_install_vllm")
+    path = tmp_path / "staging.yaml"
+    path.write_text(yaml.safe_dump(data))
+    refused = print_manifests(path)
+    assert refused.returncode == 2 and refused.stdout == "" and "Traceback" not in refused.stderr
+    assert "serving.image is not set, so every replica start would pip-install vllm-tpu==0.29.0" in refused.stderr
+    assert "serving.pip_install_vllm: true" in refused.stderr
+    # With the image Cloud Build's images stage pushed (SERVE_IMAGE -> --serve-image): no pip at all.
+    served = print_manifests(path, "--serve-image", SERVE_IMAGE)
+    assert served.returncode == 0, served.stderr
+    (service,) = [d for d in yaml.safe_load_all(served.stdout) if d["kind"] == "RayService"]
+    assert {c["image"] for t in pods(service) for c in t["spec"]["containers"]} == {SERVE_IMAGE}
+    (app,) = yaml.safe_load(service["spec"]["serveConfigV2"])["applications"]
+    assert "pip" not in app["runtime_env"]
+    # dev opts in: its embedded default still installs vllm-tpu on Ray's image.
+    (dev_service,) = [d for d in yaml.safe_load_all(print_manifests("dev").stdout) if d["kind"] == "RayService"]
+    (dev_app,) = yaml.safe_load(dev_service["spec"]["serveConfigV2"])["applications"]
+    assert dev_app["runtime_env"]["pip"] == ["vllm-tpu==0.29.0"]
