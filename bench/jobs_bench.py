@@ -126,12 +126,6 @@ def corpus_parquet(out: Path, copies: int = 8) -> Path:
 
 
 def submit_train(cluster, shape, steps: int, timeout_s: float, extra: tuple[str, ...] = ()) -> tuple[float, dict]:
-    from ray.job_submission import JobSubmissionClient
-
-    from jobs.cli import parse_result
-    from jobs.demo import job_runtime_env
-
-    client = JobSubmissionClient(cluster.dashboard_url)
     entrypoint = " ".join(
         [
             "python -m jobs.train",
@@ -142,44 +136,38 @@ def submit_train(cluster, shape, steps: int, timeout_s: float, extra: tuple[str,
             *extra,
         ]
     )
-    submitted = time.time()
-    job = client.submit_job(entrypoint=entrypoint, runtime_env=job_runtime_env(shape))
-    deadline = time.monotonic() + timeout_s
-    while str(client.get_job_status(job).value) not in {"SUCCEEDED", "FAILED", "STOPPED"}:
-        if time.monotonic() > deadline:
-            client.stop_job(job)
-            raise TimeoutError(f"the training job did not finish within {timeout_s:.0f}s")
-        time.sleep(0.5)
-    logs = client.get_job_logs(job)
-    result = parse_result(logs, "TRAIN")
-    if result is None:
-        raise RuntimeError(f"the training job failed:\n{logs[-3000:]}")
-    return submitted, result
+    return submit_and_wait(cluster, shape, entrypoint, "TRAIN", "the training job", timeout_s)
 
 
 def submit_noop(cluster, shape, timeout_s: float) -> tuple[float, dict]:
     """The second baseline: bench/noop_trainer.py (Ray Train with a train function that does nothing)
     submitted as `jobs.train` is; submit time and its NOOP result."""
+    out = Path(cluster.state_dir) / f"noop-{int(time.time())}"
+    entrypoint = f"python bench/noop_trainer.py --generation {shape.generation.name} --topology {shape.topology} --out {out}"
+    return submit_and_wait(cluster, shape, entrypoint, "NOOP", "the no-op trainer", timeout_s)
+
+
+def submit_and_wait(cluster, shape, entrypoint: str, tag: str, what: str, timeout_s: float) -> tuple[float, dict]:
+    """`ray job submit` of `entrypoint` with the jobs' runtime env, waited for (bounded); its submit
+    time and the result it printed under `tag`."""
     from ray.job_submission import JobSubmissionClient
 
     from jobs.cli import parse_result
     from jobs.demo import job_runtime_env
 
     client = JobSubmissionClient(cluster.dashboard_url)
-    out = Path(cluster.state_dir) / f"noop-{int(time.time())}"
-    entrypoint = f"python bench/noop_trainer.py --generation {shape.generation.name} --topology {shape.topology} --out {out}"
     submitted = time.time()
     job = client.submit_job(entrypoint=entrypoint, runtime_env=job_runtime_env(shape))
     deadline = time.monotonic() + timeout_s
     while str(client.get_job_status(job).value) not in {"SUCCEEDED", "FAILED", "STOPPED"}:
         if time.monotonic() > deadline:
             client.stop_job(job)
-            raise TimeoutError(f"the no-op trainer did not finish within {timeout_s:.0f}s")
+            raise TimeoutError(f"{what} did not finish within {timeout_s:.0f}s")
         time.sleep(0.5)
     logs = client.get_job_logs(job)
-    result = parse_result(logs, "NOOP")
+    result = parse_result(logs, tag)
     if result is None:
-        raise RuntimeError(f"the no-op trainer failed:\n{logs[-3000:]}")
+        raise RuntimeError(f"{what} failed:\n{logs[-3000:]}")
     return submitted, result
 
 

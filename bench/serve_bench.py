@@ -85,7 +85,16 @@ def variant(text: str) -> tuple[str, dict[str, str]]:
     pairs = [p.partition("=") for p in rest.split(",") if p]
     if not name or name in (VLLM, RAY) or not pairs or any(not k or not sep for k, sep, _ in pairs):
         raise argparse.ArgumentTypeError(f"{text!r} is neither NAME:KEY=VALUE[,KEY=VALUE...] nor ray-defaults")
-    return name, {k: v for k, _, v in pairs}
+    env = {k: v for k, _, v in pairs}
+    merged = {**local_ray_env(), **env}
+    # Ray refuses the deployment otherwise (ray/serve/_private/build_app.py:145-146, Ray 2.60.0):
+    # the LLM server as its own ingress is routed to by HAProxy alone.
+    if merged["RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING"] == "1" and merged["RAY_SERVE_ENABLE_HA_PROXY"] != "1":
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING=1 needs RAY_SERVE_ENABLE_HA_PROXY=1 (Ray Serve refuses "
+            "an ingress request router without HAProxy); set both to 0 to measure Ray Serve's Python proxy"
+        )
+    return name, env
 
 
 # --- the offline figure (context): vllm.LLM.generate in a child process ------------------------------

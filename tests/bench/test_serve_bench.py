@@ -103,6 +103,7 @@ def test_ray_defaults_turns_back_every_setting_we_change():
         (["--concurrencies", "1,x"], "is not a comma-separated list of positive integers"),
         (["--concurrencies", "0"], "is not a comma-separated list of positive integers"),
         (["--variant", "oops"], "is neither NAME:KEY=VALUE"),
+        (["--variant", "py:RAY_SERVE_ENABLE_HA_PROXY=0"], "RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING=1 needs RAY_SERVE_ENABLE_HA_PROXY=1"),
         (["--input-len", "500", "--output-len", "64"], "--input-len + --output-len must be between 2 and the max model length, 512"),
         (["--repeats", "0"], "--repeats: invalid choice"),
     ],
