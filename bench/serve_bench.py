@@ -8,7 +8,7 @@ dtype, max model length and engine flags, both loaded by vLLM's own benchmark cl
 - `vllm serve MODEL_DIR` (through bench/vllm_cli.py) with the engine flags of our LLMConfig: the
   `engine_kwargs` of infra.serving.cpu_llm_config_kwargs, what jobs.serve.build_app deploys, as flags.
 - Ray Serve LLM: jobs.serve.local.local_serve in a child process, the RayService's serving path
-  (infra.serving.SERVE_FAST_PATH_ENV) plus the CPU simulation's (jobs.serve.local.CPU_SIMULATION_ENV).
+  (infra.serving.SERVE_FAST_PATH_ENV), as the pods run it (jobs.serve.local.CPU_SIMULATION_ENV is empty).
 - The load: bench/serve_load.py, `vllm bench serve` (random prompts, `--ignore-eos`, streamed
   completions, tokens counted from the server's usage; a short request fails the bench) at each
   concurrency, `--num-prompts` requests (default 4 per slot, at least 8) after warm-ups.

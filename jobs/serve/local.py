@@ -3,8 +3,7 @@ deployed as the RayService would deploy it (`local_serve`). Used by `make serve-
 (jobs.serve.demo), the serving tests and `make bench` (bench/serve_bench.py).
 
 The local Ray runs the RayService's serving path (infra.serving.SERVE_FAST_PATH_ENV: HAProxy, the
-vLLM server replica as its own ingress) plus what only a shared 2-core machine needs
-(CPU_SIMULATION_ENV). Importing this module imports neither Ray nor vLLM.
+vLLM server replica as its own ingress) and nothing more (CPU_SIMULATION_ENV, measured empty). Importing this module imports neither Ray nor vLLM.
 """
 
 from __future__ import annotations
@@ -26,12 +25,13 @@ MODEL_DIR = WORK / "tiny-llama"  # the random tiny model (the benchmark's, `--mo
 MODEL_ID = "tiny-llama"
 MAX_MODEL_LEN = 512
 
-# What only this machine needs (not the RayService): Ray starts its workers at niceness 15
-# (`worker_niceness`, src/ray/common/ray_config_def.h), so that raylet and GCS stay responsive. On
-# 2 shared cores that makes every Serve process and the vLLM engine inside the replica yield to any
-# other process (the benchmark client, Ray's own daemons, other tests), while `vllm serve` runs at 0.
-# On a TPU host the engine's work is on the chips and the host has 100+ cores to spare.
-CPU_SIMULATION_ENV = {"RAY_worker_niceness": "0"}
+# What only this machine would need beyond the RayService's settings: nothing, measured. Ray starts
+# its workers at niceness 15 (`worker_niceness`, src/ray/common/ray_config_def.h), so the replica and
+# its vLLM engine yield to Ray's daemons and to the load client, while `vllm serve` runs at 0. Running
+# them at 0 instead (RAY_worker_niceness=0) measured no better on 2 cores and once far worse: the
+# client, starved, read whole streams in one burst (README "Serving overhead"). The local Ray runs
+# what the pods run; `bench/serve_bench.py --variant NAME:RAY_worker_niceness=0` measures it again.
+CPU_SIMULATION_ENV: dict[str, str] = {}
 
 
 def offline_environment(work: Path = WORK) -> dict[str, str]:
@@ -88,7 +88,7 @@ def _bounded(fn, timeout_s: float, what: str) -> None:
 
 def local_ray_env() -> dict[str, str]:
     """The environment of the local Ray: the RayService's serving path (infra.serving.SERVE_FAST_PATH_ENV)
-    and what only this machine needs (CPU_SIMULATION_ENV)."""
+    and what only this machine needs (CPU_SIMULATION_ENV: nothing, measured)."""
     return {**SERVE_FAST_PATH_ENV, **CPU_SIMULATION_ENV}
 
 
