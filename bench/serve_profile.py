@@ -41,9 +41,11 @@ PY_SPY = Path(sys.executable).with_name("py-spy")
 # engine `VLLM::EngineCore`), first match wins.
 ROLES = (
     ("haproxy", "HAProxy"),
-    ("ServeReplica", "Serve replica (vLLM's API + engine client)"),
-    ("SERVE_REPLICA", "Serve replica (vLLM's API + engine client)"),
-    ("EngineCore", "vLLM engine core"),
+    ("OpenAiIngress", "Serve router replica (OpenAI ingress)"),
+    ("LLMRouter", "Serve router replica (OpenAI ingress)"),
+    ("ServeReplica", "Serve LLM replica (vLLM's API + engine client)"),
+    ("EngineCore", "vLLM engine core (scheduler)"),
+    ("VLLM::Worker", "vLLM model worker (forward pass)"),
     ("ServeController", "Serve controller"),
     ("ProxyActor", "Serve proxy (Python)"),
     ("raylet", "raylet"),
@@ -51,7 +53,7 @@ ROLES = (
     ("vllm_cli.py serve", "vllm serve API server"),
     ("serve_servers.py ray", "Ray driver"),
 )
-OTHER = "other (Ray's agents, monitors, idle workers)"
+OTHER = "other (Ray's agents and monitors, idle workers)"
 
 
 def role(cmdline: str) -> str:

@@ -31,8 +31,10 @@ What JAX does with it (jax 0.10.2, jax/_src, read 2026-12-04):
 
 from __future__ import annotations
 
+import collections
 import os
 import socket
+import threading
 import uuid
 from typing import Any
 
@@ -115,13 +117,16 @@ def enable(uri: str) -> None:
 
 
 class CacheEvents:
-    """Counts this process's persistent-cache hits and misses from JAX's own monitoring events."""
+    """Counts this process's persistent-cache hits and misses from JAX's own monitoring events, in
+    all and per thread: JAX records them in the thread that compiles (compiler.py lines 426-443),
+    so a compile on a thread of its own is counted apart from a restore's compiles beside it."""
 
     def __init__(self) -> None:
         import jax.monitoring
 
         self.hits = 0
         self.misses = 0
+        self._by_thread: collections.Counter[tuple[int, str]] = collections.Counter()
         jax.monitoring.register_event_listener(self._on_event)
 
     def _on_event(self, event: str, **_: Any) -> None:
@@ -129,6 +134,14 @@ class CacheEvents:
             self.hits += 1
         elif event == MISS:
             self.misses += 1
+        else:
+            return
+        self._by_thread[(threading.get_ident(), event)] += 1
+
+    def of_thread(self, ident: int | None = None) -> tuple[int, int]:
+        """(hits, misses) so far in thread `ident` (default: this one)."""
+        ident = threading.get_ident() if ident is None else ident
+        return self._by_thread[(ident, HIT)], self._by_thread[(ident, MISS)]
 
     def close(self) -> None:
         import jax.monitoring

@@ -121,7 +121,10 @@ class Ledger:
         with contextlib.suppress(storage.StorageError, LedgerError):
             earlier = max((int(e.get("attempt", 0)) for e in read_events(uri) if isinstance(e, dict)), default=0)
         here = NodeAffinitySchedulingStrategy(_head_or_own_node(), soft=True)
-        actor = ray.remote(LedgerWriter).options(num_cpus=0, scheduling_strategy=here)
+        # A writer that dies (its node lost after all, its process killed under memory pressure) is
+        # started again, elsewhere if need be, and the events sent meanwhile go to the new one: it
+        # continues the ledger, as a rerun does.
+        actor = ray.remote(LedgerWriter).options(num_cpus=0, scheduling_strategy=here, max_restarts=-1, max_task_retries=-1)
         return cls(actor.remote(uri), earlier)
 
     def attempt(self, number: int) -> int:

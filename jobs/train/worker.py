@@ -84,8 +84,7 @@ def _train(config: TrainConfig, rank: int, watchdog: progress.StepWatchdog, time
         note("state_built")
         # Compile the step while the parameters are restored, imported or made: its executable
         # depends on their shapes alone, and on a big model both take minutes.
-        hits, misses = cache_events.hits, cache_events.misses
-        compiling = pool.submit(state.compile_step)
+        compiling = pool.submit(_compile_counted, state, cache_events)
         first = None
         if first_batch is not None:
             waited = time.perf_counter()
@@ -126,11 +125,8 @@ def _train(config: TrainConfig, rank: int, watchdog: progress.StepWatchdog, time
         note("initialized", how="random", seconds=time.perf_counter() - begin)
 
     waited = time.perf_counter()
-    compile_s = compiling.result(timeout=COMPILE_TIMEOUT_S)  # bounded; raises TimeoutError
-    cache_hits = cache_events.hits - hits  # the step's executable found in the persistent cache
-    note(
-        "compiled", seconds=compile_s, wait_s=time.perf_counter() - waited, cache_hits=cache_hits, cache_misses=cache_events.misses - misses
-    )
+    compile_s, cache_hits, cache_misses = compiling.result(timeout=COMPILE_TIMEOUT_S)  # bounded; raises TimeoutError
+    note("compiled", seconds=compile_s, wait_s=time.perf_counter() - waited, cache_hits=cache_hits, cache_misses=cache_misses)
     watchdog.beat("compiled")
 
     # A run keeps its tokenizer when it starts; a resumed one already has it, and must not need
@@ -156,7 +152,6 @@ def _train(config: TrainConfig, rank: int, watchdog: progress.StepWatchdog, time
     first_step_at = 0.0
     stalls: list[float] = []
     saved: int | None = None  # the newest step whose save has started
-    cache_hits = 0
     if batches is None:
         stream: Iterator[dict[str, Any]] = synthetic_batches(
             start_step, config.global_batch, rank, local_batch, state.cfg.seq_len, state.cfg.vocab
@@ -228,6 +223,15 @@ def _train(config: TrainConfig, rank: int, watchdog: progress.StepWatchdog, time
     manager.wait_until_finished()  # a stream that ended early leaves its last save in flight
     manager.close()
     cache_events.close()
+
+
+def _compile_counted(state: ShardedState, events: compile_cache.CacheEvents) -> tuple[float, int, int]:
+    """Compile the step on this thread: (seconds, persistent-cache hits, misses) of the step's own
+    compile, not of a restore's compiles on the thread beside it."""
+    hits, misses = events.of_thread()
+    seconds = state.compile_step()
+    after = events.of_thread()
+    return seconds, after[0] - hits, after[1] - misses
 
 
 def _epochs(shard: Any, batch_size: int, data: str) -> Iterator[dict[str, Any]]:

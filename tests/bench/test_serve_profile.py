@@ -8,8 +8,10 @@ from bench.serve_profile import OTHER, cpu_by_role, hot_frames, role
 
 
 def test_processes_get_their_roles_from_ray_and_vllm_process_titles():
-    assert role("ray::ServeReplica:llm-app:LLMServer:tiny-llama") == "Serve replica (vLLM's API + engine client)"
-    assert role("VLLM::EngineCore") == "vLLM engine core"
+    assert role("ray::ServeReplica:llm:LLMServer:tiny-llama") == "Serve LLM replica (vLLM's API + engine client)"
+    assert role("ray::ServeReplica:llm:OpenAiIngress") == "Serve router replica (OpenAI ingress)"
+    assert role("VLLM::EngineCore") == "vLLM engine core (scheduler)"
+    assert role("VLLM::Worker") == "vLLM model worker (forward pass)"
     assert role("/usr/sbin/haproxy -f /tmp/ray/haproxy.cfg") == "HAProxy"
     assert role("/venv/lib/python3.11/site-packages/ray/core/src/ray/raylet/raylet --node_id=x") == "raylet"
     assert role("python bench/vllm_cli.py serve /m --port 1") == "vllm serve API server"
@@ -20,7 +22,7 @@ def test_cpu_is_what_each_role_spent_between_snapshots():
     before = {1: ("ray::ServeReplica:a", 10.0), 2: ("VLLM::EngineCore", 5.0), 3: ("raylet", 1.0)}
     after = {1: ("ray::ServeReplica:a", 12.5), 2: ("VLLM::EngineCore", 9.0), 3: ("raylet", 1.25), 4: ("raylet", 0.5)}
     spent = cpu_by_role(before, after)
-    assert spent == {"Serve replica (vLLM's API + engine client)": 2.5, "vLLM engine core": 4.0, "raylet": 0.75}
+    assert spent == {"Serve LLM replica (vLLM's API + engine client)": 2.5, "vLLM engine core (scheduler)": 4.0, "raylet": 0.75}
 
 
 def test_py_spy_stacks_count_by_the_innermost_process_and_the_leaf_function():
@@ -32,5 +34,5 @@ def test_py_spy_stacks_count_by_the_innermost_process_and_the_leaf_function():
         "not a stack line",
     ]
     frames = hot_frames(raw)
-    assert frames["Serve replica (vLLM's API + engine client)"] == {"_run_once (asyncio/base_events.py)": 10}
-    assert frames["vLLM engine core"] == {"step (vllm/v1/engine/core.py)": 5}
+    assert frames["Serve LLM replica (vLLM's API + engine client)"] == {"_run_once (asyncio/base_events.py)": 10}
+    assert frames["vLLM engine core (scheduler)"] == {"step (vllm/v1/engine/core.py)": 5}

@@ -61,3 +61,39 @@ def test_a_reachable_cache_parses(tmp_path):
     out = train_parse("--compilation-cache", str(tmp_path / "cache"))
     assert out.returncode == 0 and "parsed" in out.stdout, out.stderr
     assert not list((tmp_path / "cache").iterdir())  # the probe cleaned up after itself
+
+
+COUNT_BY_THREAD = """
+import sys, threading
+import jax, jax.numpy as jnp
+from jobs.runtime import compile_cache
+
+compile_cache.enable(sys.argv[1])
+events = compile_cache.CacheEvents()
+x = jax.ShapeDtypeStruct((8,), jnp.float32)  # shapes alone: nothing else compiles
+jax.jit(lambda v: v * 2).lower(x).compile()  # the step: written in the first process, read in the second
+other = {}
+def beside():  # a new program each time, on a thread of its own (a restore's compiles)
+    jax.jit(lambda v: v + float(sys.argv[2])).lower(x).compile()
+    other["counts"] = events.of_thread()
+t = threading.Thread(target=beside); t.start(); t.join()
+print(events.of_thread(), other["counts"], (events.hits, events.misses))
+"""
+
+
+def test_cache_hits_are_counted_per_thread_from_jax_s_own_events(tmp_path):
+    # Two processes share a cache: the second finds the first's program on its main thread, while
+    # a thread beside it compiles a new one; each thread's counts are its own.
+    def run(seed: str) -> str:
+        proc = subprocess.run(
+            [sys.executable, "-c", COUNT_BY_THREAD, str(tmp_path / "cache"), seed],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return proc.stdout.strip()
+
+    assert run("1") == "(0, 1) (0, 1) (0, 2)"
+    assert run("2") == "(1, 0) (0, 1) (1, 1)"
