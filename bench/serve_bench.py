@@ -25,7 +25,7 @@ dtype, max model length and engine flags, both loaded by vLLM's own benchmark cl
   (`--variant ray-defaults`: every setting back to Ray's default): how README "Serving overhead"
   measures each setting.
 ITL is per streamed chunk as vLLM's client sees it; TPOT ((latency - TTFT) / (tokens - 1)) does not
-depend on how tokens are grouped into chunks. Default run: about 8 minutes on 2 cores.
+depend on how tokens are grouped into chunks. Default run: about 10 minutes on 2 cores.
 """
 
 from __future__ import annotations
