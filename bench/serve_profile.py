@@ -19,7 +19,6 @@ import argparse
 import collections
 import contextlib
 import json
-import os
 import re
 import signal
 import subprocess
@@ -34,7 +33,7 @@ sys.path.insert(0, str(REPO))
 
 from bench.serve_bench import MODELS, RAY, VLLM, model_dir, variant  # noqa: E402
 from bench.serve_load import Load, LoadError, probe_usage, run_load  # noqa: E402
-from bench.serve_servers import BenchError, Server, session_pids, start_ray, start_vllm  # noqa: E402
+from bench.serve_servers import BenchError, Server, cpu_seconds, session_stats, start_ray, start_vllm  # noqa: E402
 from jobs.serve.local import MODEL_ID, WORK, apply_offline_environment, local_ray_env  # noqa: E402
 
 PY_SPY = Path(sys.executable).with_name("py-spy")
@@ -64,14 +63,11 @@ def role(cmdline: str) -> str:
 
 def cpu_by_pid(sid: int) -> dict[int, tuple[str, float]]:
     """(command line, CPU seconds so far) of every process in session `sid`."""
-    tick = os.sysconf("SC_CLK_TCK")
     out = {}
-    for pid in session_pids(sid):
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            stat = Path(f"/proc/{pid}/stat").read_text()
-            fields = stat[stat.rindex(")") + 2 :].split()
+    for pid, fields in session_stats(sid):
+        with contextlib.suppress(OSError):  # gone since
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-            out[pid] = (cmd, (int(fields[11]) + int(fields[12])) / tick)
+            out[pid] = (cmd, cpu_seconds(fields))
     return out
 
 

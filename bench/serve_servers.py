@@ -168,7 +168,7 @@ def start_ray(model_dir: Path, log_dir: Path, timeout_s: float, name: str, ray_e
     return _serving(name, cmd, port, log_dir, timeout_s, graceful_s=90)
 
 
-def _session_stats(sid: int) -> Iterator[tuple[int, list[str]]]:
+def session_stats(sid: int) -> Iterator[tuple[int, list[str]]]:
     """(pid, /proc/pid/stat fields after the name) of every process in session `sid`: a server's
     whole tree (Ray's daemons, workers, HAProxy, the engines) stays in the session its leader started."""
     for name in os.listdir("/proc"):
@@ -184,13 +184,17 @@ def _session_stats(sid: int) -> Iterator[tuple[int, list[str]]]:
 
 
 def session_pids(sid: int) -> list[int]:
-    return [pid for pid, _ in _session_stats(sid)]
+    return [pid for pid, _ in session_stats(sid)]
 
 
 def session_cpu_seconds(sid: int) -> float:
     """CPU seconds so far of every process in session `sid`."""
-    ticks = sum(int(f[11]) + int(f[12]) for _, f in _session_stats(sid))  # utime + stime
-    return ticks / os.sysconf("SC_CLK_TCK")
+    return sum(cpu_seconds(f) for _, f in session_stats(sid))
+
+
+def cpu_seconds(fields: list[str]) -> float:
+    """A process's CPU seconds so far from its /proc/pid/stat fields after the name (utime + stime)."""
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def idle_cpu(server: Server, seconds: float = 3.0) -> float:

@@ -124,19 +124,20 @@ class CacheEvents:
     def __init__(self) -> None:
         import jax.monitoring
 
-        self.hits = 0
-        self.misses = 0
         self._by_thread: collections.Counter[tuple[int, str]] = collections.Counter()
         jax.monitoring.register_event_listener(self._on_event)
 
     def _on_event(self, event: str, **_: Any) -> None:
-        if event == HIT:
-            self.hits += 1
-        elif event == MISS:
-            self.misses += 1
-        else:
-            return
-        self._by_thread[(threading.get_ident(), event)] += 1
+        if event in (HIT, MISS):
+            self._by_thread[(threading.get_ident(), event)] += 1
+
+    @property
+    def hits(self) -> int:
+        return sum(n for (_, event), n in self._by_thread.items() if event == HIT)
+
+    @property
+    def misses(self) -> int:
+        return sum(n for (_, event), n in self._by_thread.items() if event == MISS)
 
     def of_thread(self, ident: int | None = None) -> tuple[int, int]:
         """(hits, misses) so far in thread `ident` (default: this one)."""

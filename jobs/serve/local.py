@@ -3,7 +3,8 @@ deployed as the RayService would deploy it (`local_serve`). Used by `make serve-
 (jobs.serve.demo), the serving tests and `make bench` (bench/serve_bench.py).
 
 The local Ray runs the RayService's serving path (infra.serving.SERVE_FAST_PATH_ENV: HAProxy, the
-vLLM server replica as its own ingress) and nothing more (CPU_SIMULATION_ENV, measured empty). Importing this module imports neither Ray nor vLLM.
+vLLM server replica as its own ingress) and nothing more (CPU_SIMULATION_ENV, measured empty).
+Importing this module imports neither Ray nor vLLM.
 """
 
 from __future__ import annotations
