@@ -2,17 +2,21 @@
 
     python bench/jobs_bench.py [--generation v6e --topology 4x4] [--reps 5] [--steps 8]
 
-1. submit -> every host in its first training step: `jobs.train` submitted through the Ray Jobs
-   API, against a bare `jax.distributed` launch of the same step in one process per host
-   (target <= 1.5x).
+1. submit -> every host through its first training step (its compile included: a program is
+   training once its first step is done): `jobs.train` submitted through the Ray Jobs API, against
+   a bare `jax.distributed` launch of the same step in one process per host (target <= 1.5x).
+   Both compile the step cold (no persistent cache). Until 2026-12-05 this compared entering step
+   1, which left the bare launch's compile out (`jit` compiles inside the first call) but counted
+   ours (compiled ahead of time, before the step): the same work, counted on one side only.
 2. training step FLOP/s (model FLOPs) against a dense matmul on the same devices, measured in the
    same job right after training (target >= 0.7x).
 3. `reserve_slices` (our wrapper around `slice_placement_group`) until ready, against a raw
    placement group of the same bundles (target <= 1.5x). Ray's own `slice_placement_group` path
    (head claim plus a task that reads the slice name) is printed for context.
 1b. the same, against a minimal JaxTrainer whose train function does nothing (bench/noop_trainer.py,
-   submitted the same way): Ray Train's own floor, with its worker-group start broken down from
-   its controller's log beside ours (target <= 1.5x).
+   submitted the same way: Ray Train's own floor, its worker-group start broken down from its
+   controller's log beside ours) followed by the bare launch: what Ray Train's start plus the same
+   JAX work would take one after the other (target <= 1.0x: our own start adds nothing to them).
 4. tokens/s training on real text (the shipped corpus as parquet, tokenized by Ray Data) against
    the synthetic-token run of 1., same model and steps (target >= 0.9x: data is never the bottleneck).
 
@@ -60,13 +64,14 @@ def bare_process(process_id: int, num_processes: int, port: int, argv: list[str]
     rows = np.arange(process_id * local, (process_id + 1) * local)
     tokens = state.batch(synthetic_tokens(rows, cfg.seq_len, cfg.vocab))
     entered = time.time()
-    state.step(tokens)
-    print(json.dumps({"process": process_id, "first_step_at": entered}), flush=True)
+    state.step(tokens)  # jit compiles here, then runs the step; its loss is waited for
+    print(json.dumps({"process": process_id, "first_step_at": entered, "first_step_done_at": time.time()}), flush=True)
     jax.distributed.shutdown()
 
 
-def bare_launch(shape, timeout_s: float = 600) -> float:
-    """Seconds from spawning one process per host to the last one entering its first step."""
+def bare_launch(shape, timeout_s: float = 600) -> tuple[float, float]:
+    """Seconds from spawning one process per host to the last one entering its first step, and
+    to the last one through it (compile included)."""
     from per_host import run_per_host
 
     from jobs.runtime.net import free_port
@@ -75,7 +80,7 @@ def bare_launch(shape, timeout_s: float = 600) -> float:
     started = time.time()
     argv = [str(shape.hosts), str(port), shape.generation.name, shape.topology]
     results = run_per_host(shape, lambda i: [__file__, "--bare-process", str(i), *argv], timeout_s)
-    return max(r["first_step_at"] for r in results) - started
+    return max(r["first_step_at"] for r in results) - started, max(r["first_step_done_at"] for r in results) - started
 
 
 def wait_chips_free(shape, timeout_s: float = 10) -> None:
@@ -223,7 +228,8 @@ def ledger_timeline(result: dict, submitted: float) -> str:
     if "compiled" in first:
         c = first["compiled"]
         parts.append(
-            f"step compiled {c['t'] - submitted:.1f} s ({c['seconds']:.1f} s, {c['cache_hits']} cache hits, waited {c['wait_s']:.1f} s)"
+            f"step compiled {c['t'] - submitted:.1f} s ({c['seconds']:.1f} s, {c.get('lower_s', 0.0):.1f} s of it lowering, "
+            f"{c['cache_hits']} cache hits, waited {c['wait_s']:.1f} s)"
         )
     return ", ".join(parts)
 
@@ -264,7 +270,8 @@ def main(argv: list[str] | None = None) -> int:
             ray.shutdown()
         print("[bench] submitting jobs.train through the Ray Jobs API", flush=True)
         submitted, result = submit_train(cluster, shape, args.steps, args.timeout)
-        ours_first_step = result["first_step_at"] - submitted
+        ours_first_step = result["first_step_done_at"] - submitted
+        ours_entered = result["first_step_at"] - submitted
         parquet = corpus_parquet(Path(args.state_dir).resolve().parent / "bench-data" / "corpus.parquet")
         print(f"[bench] the same run on real text ({parquet.name}, Ray Data + tokenizer)", flush=True)
         _, on_text = submit_train(cluster, shape, args.steps, args.timeout, ("--data", str(parquet)))
@@ -277,14 +284,14 @@ def main(argv: list[str] | None = None) -> int:
         }
         timeline = ledger_timeline(result, submitted)
         print(f"[bench] bare launch: {shape.hosts} processes with jax.distributed, same step", flush=True)
-        bare_first_step = bare_launch(shape)
+        bare_entered, bare_first_step = bare_launch(shape)
     finally:
         print("[bench] stopping the simulated cluster", flush=True)
         local.down(args.state_dir)
 
     rows.append(
         (
-            "submit -> every host in step 1 (s)",
+            "submit -> every host through step 1 (s)",
             ours_first_step,
             bare_first_step,
             ours_first_step / bare_first_step,
@@ -292,14 +299,15 @@ def main(argv: list[str] | None = None) -> int:
             ours_first_step / bare_first_step <= 1.5,
         )
     )
+    floor = noop_first + bare_first_step  # Ray Train's start, then the bare launch's JAX work
     rows.append(
         (
-            "submit -> step 1 vs no-op JaxTrainer (s)",
+            "... vs no-op JaxTrainer + bare launch (s)",
             ours_first_step,
-            noop_first,
-            ours_first_step / noop_first,
-            "<= 1.5x",
-            ours_first_step / noop_first <= 1.5,
+            floor,
+            ours_first_step / floor,
+            "<= 1.0x",
+            ours_first_step / floor <= 1.0,
         )
     )
     step_flops, matmul_flops = result["flops_per_s"], result["matmul_flops_per_s"]
@@ -344,8 +352,10 @@ def main(argv: list[str] | None = None) -> int:
         f"train step {result['step_time_s'] * 1e3:.0f} ms, first step with compilation {result['compile_s']:.1f} s; "
         f"after submit: driver started {result['driver_started_at'] - submitted:.1f} s, fit() {result['fit_started_at'] - submitted:.1f} s, "
         f"rank 0's train function {result['worker_started_at'] - submitted:.1f} s, model built "
-        f"{result['state_built_at'] - submitted:.1f} s, every host in step 1 {ours_first_step:.1f} s"
+        f"{result['state_built_at'] - submitted:.1f} s, every host in step 1 {ours_entered:.1f} s, through it {ours_first_step:.1f} s "
+        f"({result['hit_hosts']} of {shape.hosts} hosts' step from the compilation cache)"
     )
+    print(f"context: bare launch: every process in step 1 {bare_entered:.1f} s, through it (jit's compile inside) {bare_first_step:.1f} s")
     print(f"context: ours from the ledger after submit: {timeline}")
     print(f"context: Ray Train's worker-group start, ours: {describe_phases(phases['ours'])}")
     print(

@@ -10,11 +10,14 @@ line, `{"t": <unix time>, "event": <kind>, ...}`, in the order they happened:
     initialized    {attempt, how, seconds}   parameters made: how = "random" or "import"
     restored       {attempt, step, seconds}  or restored from the checkpoint at `step`
     data_wait      {attempt, seconds}        blocked waiting for the first batch
-    compiled       {attempt, seconds, wait_s, cache_hits, cache_misses}  the step compiled (or found
-                                             in the persistent cache) while the parameters were
-                                             made; wait_s: what the loop then still waited for it
+    compiled       {attempt, seconds, lower_s, wait_s, cache_hits, cache_misses}  the step compiled
+                                             (or found in the persistent cache) while the
+                                             parameters were made, `lower_s` of it tracing and
+                                             lowering; wait_s: what the loop then still waited for it
     step           {attempt, step, seconds, data_s}  step `step` (1-based) ran for `seconds`, after
-                                             waiting `data_s` for its batch
+                                             waiting `data_s` for its batch; an attempt's first
+                                             step adds {hit_hosts, hosts}: how many hosts found
+                                             the step in the persistent cache
     save           {attempt, step, stall_s}  a checkpoint save started; the loop was blocked stall_s
     fit_failed     {attempt}                 Ray Train's run raised (before the error was classified)
     attempt_end    {attempt, outcome}        the attempt ended: succeeded, host-lost, failed, ...

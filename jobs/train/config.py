@@ -71,6 +71,8 @@ class StepMetrics:
     state_built_at: float
     matmul_flops_per_s: float | None = None
     cache_hits: int = 0  # persistent compilation cache hits of rank 0's first step call (its executable found, not compiled)
+    first_step_done_at: float = 0.0  # wall clock when the last host finished its first step
+    hit_hosts: int = 0  # hosts whose step's executable came from the persistent cache
     checkpoint_step: int | None = None  # the newest committed checkpoint (None before the first commit)
     checkpoint_stall_s: float | None = None  # median time the loop was blocked per checkpoint save
 
@@ -110,6 +112,8 @@ class TrainResult:
     checkpoint: str | None
     checkpoint_stall_s: float | None = None  # median time the training loop was blocked per save
     cache_hits: int = 0  # compilation cache hits of rank 0's first step (0: compiled)
+    first_step_done_at: float = 0.0  # wall clock when the last host finished its first step
+    hit_hosts: int = 0  # hosts whose step's executable came from the persistent cache
     goodput: dict[str, Any] | None = None  # the ledger's account of the run (jobs.runtime.goodput.Goodput.as_dict)
     goodput_summary: str = ""
 

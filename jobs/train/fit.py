@@ -198,4 +198,6 @@ def _fit(target: cli.SliceTarget, config: TrainConfig, board: Any, book: ledger.
         checkpoint=result.checkpoint.path if result.checkpoint else None,
         checkpoint_stall_s=m.checkpoint_stall_s,
         cache_hits=m.cache_hits,
+        first_step_done_at=m.first_step_done_at,
+        hit_hosts=m.hit_hosts,
     )

@@ -33,15 +33,25 @@ LEDGER_KEY = "goodput_ledger"
 ATTEMPT_KEY = "attempt"
 
 
-def _latest_over_processes(wall_time: float) -> float:
-    """The latest of every process's `wall_time` (a collective). JAX keeps 32-bit numbers, too
-    coarse for a Unix time, so each process sends its milliseconds as two 20-bit halves."""
+def _first_step_over_processes(entered: float, done: float, cache_hits: int) -> tuple[float, float, int]:
+    """The latest of every process's wall time entering and finishing its first step, and how many
+    processes found their step's executable in the persistent cache (a collective). JAX keeps
+    32-bit numbers, too coarse for a Unix time, so each process sends its milliseconds as two
+    20-bit halves."""
     import numpy as np
     from jax.experimental import multihost_utils
 
-    ms = int(wall_time * 1000)
-    halves = np.asarray(multihost_utils.process_allgather(np.array([ms >> 20, ms & 0xFFFFF], np.int32)))
-    return float(max((int(hi) << 20) + int(lo) for hi, lo in halves.reshape(-1, 2))) / 1000
+    def halves(wall_time: float) -> list[int]:
+        ms = int(wall_time * 1000)
+        return [ms >> 20, ms & 0xFFFFF]
+
+    mine = np.array([*halves(entered), *halves(done), 1 if cache_hits else 0], np.int32)
+    rows = np.asarray(multihost_utils.process_allgather(mine)).reshape(-1, 5)
+
+    def latest(column: int) -> float:
+        return float(max((int(row[column]) << 20) + int(row[column + 1]) for row in rows)) / 1000
+
+    return latest(0), latest(2), int(rows[:, 4].sum())
 
 
 def train_loop_per_worker(config_dict: dict[str, Any]) -> None:
@@ -125,8 +135,15 @@ def _train(config: TrainConfig, rank: int, watchdog: progress.StepWatchdog, time
         note("initialized", how="random", seconds=time.perf_counter() - begin)
 
     waited = time.perf_counter()
-    compile_s, cache_hits, cache_misses = compiling.result(timeout=COMPILE_TIMEOUT_S)  # bounded; raises TimeoutError
-    note("compiled", seconds=compile_s, wait_s=time.perf_counter() - waited, cache_hits=cache_hits, cache_misses=cache_misses)
+    compile_s, lower_s, cache_hits, cache_misses = compiling.result(timeout=COMPILE_TIMEOUT_S)  # bounded; raises TimeoutError
+    note(
+        "compiled",
+        seconds=compile_s,
+        lower_s=lower_s,
+        wait_s=time.perf_counter() - waited,
+        cache_hits=cache_hits,
+        cache_misses=cache_misses,
+    )
     watchdog.beat("compiled")
 
     # A run keeps its tokenizer when it starts; a resumed one already has it, and must not need
@@ -149,7 +166,8 @@ def _train(config: TrainConfig, rank: int, watchdog: progress.StepWatchdog, time
     model_flops = flops_per_token(state.cfg) * tokens_per_step
     losses: list[float] = []
     times: list[float] = []
-    first_step_at = 0.0
+    first_step_at = first_step_done_at = 0.0
+    hit_hosts = 0  # hosts whose step came from the persistent cache
     stalls: list[float] = []
     saved: int | None = None  # the newest step whose save has started
     if batches is None:
@@ -170,9 +188,11 @@ def _train(config: TrainConfig, rank: int, watchdog: progress.StepWatchdog, time
         begin = time.perf_counter()
         losses.append(state.step(tokens))
         times.append(time.perf_counter() - begin)
-        note("step", step=step + 1, seconds=times[-1], data_s=data_s)
-        if step == start_step:
-            first_step_at = _latest_over_processes(first_step_at)
+        once: dict[str, int] = {}
+        if step == start_step:  # every host's, once: when the slice was training, and which hosts compiled
+            first_step_at, first_step_done_at, hit_hosts = _first_step_over_processes(first_step_at, time.time(), cache_hits)
+            once = {"hit_hosts": hit_hosts, "hosts": jax.process_count()}
+        note("step", step=step + 1, seconds=times[-1], data_s=data_s, **once)
         watchdog.beat(step + 1)
         say(f"[train] step {step + 1}/{config.steps} loss {losses[-1]:.4f} ({times[-1] * 1e3:.0f} ms)")
 
@@ -196,10 +216,12 @@ def _train(config: TrainConfig, rank: int, watchdog: progress.StepWatchdog, time
                 processes=jax.process_count(),
                 params=param_count(state.cfg),
                 first_step_at=first_step_at,
+                first_step_done_at=first_step_done_at,
                 worker_started_at=timeline["worker_started_at"],
                 state_built_at=timeline.get("state_built_at", 0.0),
                 matmul_flops_per_s=state.dense_matmul_flops(config.matmul_baseline) if done and config.matmul_baseline else None,
                 cache_hits=cache_hits,
+                hit_hosts=hit_hosts,
             )
             committed = saved  # save() below waits for the previous save: that one is then committed
             begin = time.perf_counter()
@@ -225,13 +247,13 @@ def _train(config: TrainConfig, rank: int, watchdog: progress.StepWatchdog, time
     cache_events.close()
 
 
-def _compile_counted(state: ShardedState, events: compile_cache.CacheEvents) -> tuple[float, int, int]:
-    """Compile the step on this thread: (seconds, persistent-cache hits, misses) of the step's own
-    compile, not of a restore's compiles on the thread beside it."""
+def _compile_counted(state: ShardedState, events: compile_cache.CacheEvents) -> tuple[float, float, int, int]:
+    """Compile the step on this thread: (seconds in all, of them lowering, persistent-cache hits,
+    misses) of the step's own compile, not of a restore's compiles on the thread beside it."""
     hits, misses = events.of_thread()
-    seconds = state.compile_step()
+    lower_s, compile_s = state.compile_step()
     after = events.of_thread()
-    return seconds, after[0] - hits, after[1] - misses
+    return lower_s + compile_s, lower_s, after[0] - hits, after[1] - misses
 
 
 def _epochs(shard: Any, batch_size: int, data: str) -> Iterator[dict[str, Any]]:

@@ -51,6 +51,7 @@ def test_restart_milestones_come_from_the_ledger():
     m = restart_bench.milestones(first + second, killed)
     assert (m["noticed"], m["detected"]) == (pytest.approx(2.5), pytest.approx(9.5))
     assert m["reserved"] == pytest.approx(11.0 + 2.0 - 0.5)  # the rerun started 11 s after the last step, its slices 2 s later
-    assert m["restored_step"] == 4 and m["compile_2"] == 1.0 and m["compile_wait_2"] == 0.25
+    assert m["restored_step"] == 4 and m["compile_2"] == pytest.approx(0.6) and m["lower_2"] == 0.4 and m["compile_wait_2"] == 0.25
     assert m["first_step_extra_2"] == pytest.approx(0.5)
+    assert (m["hit_hosts_2"], m["hosts"]) == (1, 4)  # from the rerun's first step event
     assert m["training_again"] > m["restored"] > m["workers_up"] > m["reserved"]

@@ -29,12 +29,13 @@ def attempt_events(attempt: int, t: float, steps: range, first_s: float, step_s:
     t += 0.5
     out.append(ev(t + 0.3, "data_wait", attempt, seconds=0.3))
     t += 0.3
-    out.append(ev(t + 0.25, "compiled", attempt, seconds=1.0, wait_s=0.25, cache_hits=0, cache_misses=1))  # 0.75 s hidden
+    out.append(ev(t + 0.25, "compiled", attempt, seconds=1.0, lower_s=0.4, wait_s=0.25, cache_hits=0, cache_misses=1))  # 0.75 s hidden
     t += 0.25
     for n, step in enumerate(steps):
         seconds = first_s if n == 0 else step_s
         t += 0.1 + seconds  # the batch, then the step
-        out.append(ev(t, "step", attempt, step=step, seconds=seconds, data_s=0.1))
+        first = {"hit_hosts": 1, "hosts": 4} if n == 0 else {}  # the worker's first step says which hosts hit the cache
+        out.append(ev(t, "step", attempt, step=step, seconds=seconds, data_s=0.1, **first))
         if step % every == 0:
             t += 0.2
             out.append(ev(t, "save", attempt, step=step, stall_s=0.2))

@@ -59,6 +59,11 @@ def test_loss_falls_a_rerun_resumes_and_a_cut_short_checkpoint_is_skipped(sim, t
     assert second.cache_hits == 0
     twin = run(tmp_path, steps=6, name="twin")  # another run of the first one's program
     assert twin.start_step == 0 and twin.cache_hits >= 1  # its step's executable came from the cache
+    # ...on process 0 only: JAX's key hashes the CPU client's topology, each process's own devices
+    # (jax/_src/cache_key.py _hash_accelerator_config), so hosts 1-3 look up keys nobody wrote.
+    # A TPU slice's hosts share one topology and all read process 0's entry.
+    assert (first.hit_hosts, twin.hit_hosts) == (0, 1)
+    assert first.first_step_done_at > first.first_step_at > first.state_built_at  # through step 1 after entering it
     # The restored model is the trained one: it starts near where the first run ended, not at the
     # untrained loss.
     assert abs(second.first_loss - first.final_loss) < abs(first.first_loss - first.final_loss)
