@@ -363,6 +363,11 @@ def main(argv: list[str] | None = None) -> int:
         f"fit() {noop['fit_started_at'] - noop_submitted:.1f} s, train function on every host {noop_first:.1f} s; "
         f"Ray Train's worker-group start: {describe_phases(phases['noop'])}"
     )
+    print(
+        f"context: on Ray Train the first target's floor is its start and then the bare launch's work: {floor:.1f} s, "
+        f"{floor / bare_first_step:.2f}x the bare launch (the two overlap by the bare launch's own start, at most "
+        f"{bare_entered:.1f} s: {(floor - bare_entered) / bare_first_step:.2f}x)"
+    )
     return 0
 
 
