@@ -45,9 +45,13 @@ class SimCluster:
     def remove_host(self, slice_name: str, worker_id: int) -> None:
         self.cluster.remove_node(self.nodes.pop((slice_name, worker_id)))
 
-    def kill_host(self, slice_name: str, worker_id: int) -> None:
-        """SIGKILL the host's raylet and its workers, as when a TPU VM is preempted or dies."""
-        self.cluster.remove_node(self.nodes.pop((slice_name, worker_id)), allow_graceful=False)
+    def kill_host(self, slice_name: str, worker_id: int, graceful: bool = False) -> None:
+        """SIGKILL the host's raylet and its workers, as when a TPU VM dies without notice (the GCS
+        learns it from missed health checks); `graceful`: SIGTERM instead, as a preempted GKE node's
+        pods get on the preemption notice (kubelet's graceful node shutdown: 15 s for them, the VM
+        stopped 30 s after the notice; GKE docs, "Spot VMs" and "preemptible VMs", read 2026-12-05),
+        so the raylet leaves the cluster itself."""
+        self.cluster.remove_node(self.nodes.pop((slice_name, worker_id)), allow_graceful=graceful)
 
     def add_host(self, host: SimHost) -> None:
         """Start a raylet for `host` (GKE recreating a lost TPU VM with the same name and id)."""
