@@ -125,7 +125,8 @@ class TrainResult:
                 f"train {self.run}: {self.target}",
                 f"  {resumed}steps {self.start_step}->{self.steps}, loss {self.first_loss:.3f} -> {self.final_loss:.3f}",
                 f"  {self.params:,} parameters on {self.devices} {self.platform} devices in {self.processes} processes",
-                f"  step {self.step_time_s * 1e3:.1f} ms (first step {self.compile_s:.1f} s with compilation), "
+                f"  step {self.step_time_s * 1e3:.1f} ms (first step {self.compile_s:.1f} s with compilation; "
+                f"its executable from the compilation cache on {self.hit_hosts} of {self.processes} hosts), "
                 f"{self.tokens_per_s:,.0f} tokens/s, {self.flops_per_s / 1e9:.2f} GFLOP/s, MFU {mfu}",
                 f"  checkpoint: {self.checkpoint}"
                 + (f" (each save blocked training {self.checkpoint_stall_s * 1e3:.0f} ms)" if self.checkpoint_stall_s is not None else ""),

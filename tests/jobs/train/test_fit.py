@@ -63,6 +63,7 @@ def test_loss_falls_a_rerun_resumes_and_a_cut_short_checkpoint_is_skipped(sim, t
     # (jax/_src/cache_key.py _hash_accelerator_config), so hosts 1-3 look up keys nobody wrote.
     # A TPU slice's hosts share one topology and all read process 0's entry.
     assert (first.hit_hosts, twin.hit_hosts) == (0, 1)
+    assert "its executable from the compilation cache on 1 of 4 hosts" in twin.summary()  # what the job prints
     assert first.first_step_done_at > first.first_step_at > first.state_built_at  # through step 1 after entering it
     # The restored model is the trained one: it starts near where the first run ended, not at the
     # untrained loss.
