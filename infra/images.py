@@ -95,6 +95,13 @@ _TAG = re.compile(r"^(?P<version>\d+\.\d+\.\d+)(-py(?P<py>3\d+))?(?P<variant>(-[
 _PROJECT_TPU_IMAGE = re.compile(rf"^[^/]+/[^/]+/{ARTIFACT_REPOSITORY}/{TPU_IMAGE}[:@]")
 
 
+# The form of a reference to it, for errors.
+PROJECT_TPU_IMAGE_FORM = (
+    f"<registry>/{ARTIFACT_REPOSITORY}/{TPU_IMAGE}:<tag> or <registry>/{ARTIFACT_REPOSITORY}/{TPU_IMAGE}@sha256:<digest>, "
+    f"e.g. us-docker.pkg.dev/PROJECT/{ARTIFACT_REPOSITORY}/{TPU_IMAGE}:dev (`make images` writes the digest to build/images/tpu.ref)"
+)
+
+
 def is_project_tpu_image(image: str) -> bool:
     """Whether `image` is the project's TPU image (which carries `jobs.train.REQUIREMENTS`)."""
     return bool(_PROJECT_TPU_IMAGE.match(image))

@@ -120,7 +120,7 @@ def requests_fit(machine_type: str, cpu: str, memory: str) -> dict[str, str]:
             f"pod_memory {memory} is more than a {machine_type} node can give a pod "
             f"({machine.allocatable_memory / 2**30:.1f}Gi of its {machine.memory_gib} GiB are allocatable, GKE's reservations "
             f"taken from the kubelet's capacity, counted as {float(NODE_CAPACITY_SHARE):.0%} of the machine's); "
-            f"use at most {quantity.memory(machine.allocatable_memory)} ({memory_sources})"
+            f"use at most {quantity.gib_at_most(machine.allocatable_memory)} ({memory_sources})"
         )
     return problems
 
@@ -131,7 +131,7 @@ def default_requests(machine_type: str) -> tuple[str, str]:
     machine = MACHINES[machine_type]
     cpu = int(machine.allocatable_cpu * DEFAULT_POD_SHARE)
     memory = int(Decimal(machine.allocatable_memory) * DEFAULT_POD_SHARE)
-    return quantity.cpu(cpu), quantity.memory(memory)
+    return quantity.cpu(cpu), quantity.gib_at_most(memory)
 
 
 def required_versions(mode: str, generations: set[str], capacities: set[str]) -> list[str]:

@@ -30,7 +30,9 @@ import sys
 from infra.config import ConfigError, Environment, SliceGroup, environment_names, load_environment
 from infra.images import is_project_tpu_image
 from infra.manifests import checks, dump_all
-from infra.manifests.rayjob import RayJobError, RayJobRequest, rayjob_manifests
+from infra.manifests.kueue import kueue_manifests
+from infra.manifests.kueue_admission import never_admitted
+from infra.manifests.rayjob import TTL_AFTER_FINISHED_S, RayJobError, RayJobRequest, rayjob_manifests
 from infra.names import auth_secret_name, credentials_command
 from jobs.cli import JobArgumentParser, SliceTarget, positive_seconds
 from jobs.client import tokens
@@ -73,7 +75,18 @@ def rayjob_flags(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="the slice group it runs on (default: the first that leaves slices to RayJobs, else the first)",
     )
-    group.add_argument("--name", metavar="NAME", help="the RayJob's name (default: <job>-<8 random hex>; at most 47 characters)")
+    group.add_argument(
+        "--name",
+        metavar="NAME",
+        help="the RayJob's name, and the train run's unless the job's own args name it (default: <job>-<8 random hex>; "
+        "at most 47 characters, 35 on a multi-host slice)",
+    )
+    group.add_argument(
+        "--kueue-objects",
+        metavar="FILE",
+        help="the ResourceFlavors and ClusterQueue to check the job's admission against, e.g. the cluster's own "
+        "(`kubectl get resourceflavors,clusterqueues -o yaml`) (default: the environment's, as `python -m infra manifests` prints them)",
+    )
     group.add_argument(
         "--active-deadline",
         type=positive_seconds,
@@ -88,16 +101,67 @@ def rayjob_flags(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="the RayJob's preRunningDeadlineSeconds: from its start to the job running (default 3600)",
     )
-    group.add_argument("--ttl", type=positive_seconds, default=600.0, metavar="SECONDS", help="ttlSecondsAfterFinished (default 600)")
+    group.add_argument(
+        "--ttl",
+        type=positive_seconds,
+        default=float(TTL_AFTER_FINISHED_S),
+        metavar="SECONDS",
+        help=f"ttlSecondsAfterFinished: how long the finished job's cluster (and its TPUs) stay for a look (default {TTL_AFTER_FINISHED_S})",
+    )
+    group.add_argument(
+        "--priority",
+        metavar="NAME",
+        help="the job's Kueue WorkloadPriorityClass, one of the config's kueue.priorities (default: kueue.default_priority)",
+    )
 
 
 def rayjob_group(env: Environment, name: str | None) -> SliceGroup:
-    if name is not None:
-        names = [g.name for g in env.slice_groups]
-        if name not in names:
-            raise RayJobError(f"--slice-group: no slice group {name!r} in environment {env.name}; valid: {', '.join(names)}")
-        return env.slice_group(name)
-    return next((g for g in env.slice_groups if g.rayjob_slices), env.slice_groups[0])
+    """The slice group the RayJob takes: `--slice-group`, else the first that leaves slices to
+    RayJobs. A group that leaves none is refused: its slices belong to the RayCluster (and the
+    RayService), and a RayJob would wait on them, or take one from under a running job."""
+    takers = [g.name for g in env.slice_groups if g.rayjob_slices]
+    valid = f"groups that do: {', '.join(takers)}" if takers else "none of its groups does"
+    if name is None:
+        if not takers:
+            raise RayJobError(
+                f"--slice-group: environment {env.name} leaves no slices to RayJobs (every group's rayjob_slices is 0): "
+                "set rayjob_slices on a slice group, or run the job on the RayCluster (python -m jobs.submit JOB without --rayjob)"
+            )
+        return env.slice_group(takers[0])
+    names = [g.name for g in env.slice_groups]
+    if name not in names:
+        raise RayJobError(f"--slice-group: no slice group {name!r} in environment {env.name}; valid: {', '.join(names)}")
+    if name not in takers:
+        index = names.index(name)
+        raise RayJobError(
+            f"--slice-group: slice group {name} leaves no slices to RayJobs (slice_groups[{index}].rayjob_slices is 0 in "
+            f"environment {env.name}); {valid}"
+        )
+    return env.slice_group(name)
+
+
+def with_run_name(job: str, job_args: list[str], name: str) -> list[str]:
+    """The job's arguments with its run named after the RayJob, for a job whose runs are named
+    (its module's RUN_NAME_FLAG), unless the arguments already name it: the user's name wins."""
+    import importlib
+
+    flag = getattr(importlib.import_module(f"jobs.{job}"), "RUN_NAME_FLAG", None)
+    if flag is None or any(a == flag or a.startswith(f"{flag}=") for a in job_args):
+        return job_args
+    return [*job_args, flag, name]
+
+
+def priority_of(env: Environment, given: str | None) -> str | None:
+    """The job's WorkloadPriorityClass: `given`, else the config's default; None without Kueue."""
+    if env.kueue is None:
+        if given is not None:
+            raise RayJobError(f"--priority: environment {env.name} has no `kueue` section, so no priorities; leave --priority out")
+        return None
+    name = given or env.kueue.default_priority
+    if name not in env.kueue.priorities:
+        listed = ", ".join(f"{n} ({v})" for n, v in env.kueue.priorities.items())
+        raise RayJobError(f"--priority: {name!r} is not a priority of environment {env.name}; valid: {listed}")
+    return name
 
 
 def rayjob_docs(env: Environment, args: argparse.Namespace) -> list[dict]:
@@ -107,13 +171,14 @@ def rayjob_docs(env: Environment, args: argparse.Namespace) -> list[dict]:
     import secrets
 
     group = rayjob_group(env, args.slice_group)
-    job_argv = [*shape_args(env, group, slices=1), *args.job_args]
-    target, requirements = check_job_args(args.job, job_argv)
-    if (target.shape.generation, target.shape.topology) != (group.shape.generation, group.topology):
-        raise RayJobError(f"--topology: the job asks for {target.shape}, but slice group {group.name} is {group.shape}; pass --slice-group")
+    priority = priority_of(env, args.priority)
     name = args.name or f"{args.job}-{secrets.token_hex(4)}"
     if problems := checks.rayjob_name(name):
         raise RayJobError(f"--name: {problems[0]}")
+    job_argv = [*shape_args(env, group, slices=1), *with_run_name(args.job, args.job_args, name)]
+    target, requirements = check_job_args(args.job, job_argv)
+    if (target.shape.generation, target.shape.topology) != (group.shape.generation, group.topology):
+        raise RayJobError(f"--topology: the job asks for {target.shape}, but slice group {group.name} is {group.shape}; pass --slice-group")
     request = RayJobRequest(
         name=name,
         job=args.job,
@@ -125,12 +190,33 @@ def rayjob_docs(env: Environment, args: argparse.Namespace) -> list[dict]:
         ttl_after_finished_s=int(args.ttl),
         env_vars={**env.ray.job_env_vars, **dict(kv.split("=", 1) for kv in args.env_var)},
         pip=tuple(dict.fromkeys([*env.ray.job_pip, *job_requirements(env, group.generation, requirements)])),
+        priority=priority,
     )
     docs = rayjob_manifests(env, request)
     job = docs[-1]
-    if problems := [*checks.kuberay_rayjob(job), *checks.kueue_rayjob(job)]:
+    if problems := [*checks.kuberay_rayjob(job), *checks.kueue_rayjob(job), *checks.tpu_webhook_names(job)]:
         raise RayJobError(f"the RayJob would be refused: {problems[0]}")
+    if env.kueue is not None and (why := never_admitted(job, queue_objects(env, args.kueue_objects))):
+        raise RayJobError(f"the RayJob would queue forever: {why}")
     return docs
+
+
+def queue_objects(env: Environment, path: str | None) -> list[dict]:
+    """The Kueue objects a job's admission is checked against: the environment's own, or those in
+    `path` (YAML documents, or a `kind: List` as kubectl prints it)."""
+    if path is None:
+        return kueue_manifests(env)
+    import yaml
+
+    try:
+        docs = [d for d in yaml.safe_load_all(open(path, encoding="utf-8")) if isinstance(d, dict)]
+    except (OSError, yaml.YAMLError) as err:
+        raise RayJobError(f"--kueue-objects: cannot read {path}: {' '.join(str(getattr(err, 'strerror', None) or err).split())}") from None
+    docs = [item for d in docs for item in (d.get("items") or [] if d.get("kind", "").endswith("List") else [d])]
+    queues = [d for d in docs if d.get("kind") == "ClusterQueue" and d.get("metadata", {}).get("name") == env.cluster_queue_name]
+    if not queues:
+        raise RayJobError(f"--kueue-objects: {path} holds no ClusterQueue {env.cluster_queue_name} (the environment's kueue.cluster_queue)")
+    return [*queues, *(d for d in docs if d.get("kind") == "ResourceFlavor")]
 
 
 def as_rayjob(env: Environment, args: argparse.Namespace) -> int:

@@ -7,12 +7,14 @@ the cluster itself.
   merge PATCH), `get -o json` and `delete`. A RayJob is checked as the API server checks it under
   `fieldValidation=Strict` (kubectl's default): against the RayJob CRD's schema (tests/kuberay_schema),
   an unknown field is a 400 and any other violation a 422, as kubectl prints them.
-- What the operators would do with an applied RayJob, for real: Kueue holds one labelled
-  `kueue.x-k8s.io/queue-name` suspended (its Workload pending) for `admit_after_s`, then admits it;
-  KubeRay's part is `python -m jobs.local rayjob` on the RayJob (a simulated slice of its shape,
-  its entrypoint submitted, its deadlines enforced), whose status lines become the RayJob's
-  `.status` and whose log file is the head pod's `ray-job-submitter` container log
-  (`kubectl logs [-f]`). Deleting the RayJob interrupts that run (SIGINT, bounded).
+- What the operators would do with an applied RayJob, for real: Kueue (tests/fake_kueue.py) holds
+  one labelled `kueue.x-k8s.io/queue-name` suspended (its Workload pending) for at least
+  `admit_after_s`, then admits it when the ported arithmetic says it fits the ClusterQueue printed
+  for the environment (`kueue_docs`), or preempts lower-priority jobs for it; KubeRay's part is
+  `python -m jobs.local rayjob` on the RayJob (a simulated slice of its shape, its submitter run,
+  its deadlines enforced), whose status lines become the RayJob's `.status` and whose log file is
+  the submitter pod's `ray-job-submitter` container log (`kubectl logs [-f]`). Deleting the RayJob
+  interrupts that run (SIGINT, bounded); an evicted one is interrupted and shows Suspended.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from tests.fake_rayjobs import QUEUE_LABEL, STOP_S, SUBMITTER, TERMINAL, RayJobRun, head_pod, workload
+from tests.fake_kueue import QUEUE_LABEL, FakeKueue
+from tests.fake_rayjobs import STOP_S, SUBMITTER, TERMINAL, RayJobRun, submitter_pod
 from tests.kuberay_schema import validator
 
 REPO = Path(__file__).resolve().parents[1]
@@ -152,6 +155,9 @@ class FakeKube:
     crds: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> the CRD object
     crd_dir: Path = KUBERAY_CRDS  # the RayJob CRD strict validation checks against
     admit_after_s: float = 5.0  # how long Kueue holds a queued RayJob before admitting it
+    kueue_docs: list[dict[str, Any]] = field(default_factory=list)  # `python -m infra manifests`' Kueue objects
+    kueue: FakeKueue | None = None
+    evicted: set[str] = field(default_factory=set)  # uids of RayJobs Kueue evicted, until admitted again
     # KubeRay's part: what runs an admitted RayJob (its file and flags appended); None runs nothing.
     rayjob_command: list[str] | None = field(default_factory=lambda: [sys.executable, "-m", "jobs.local", "rayjob"])
     objects: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)  # (resource, namespace, name) -> object
@@ -199,15 +205,23 @@ class FakeKube:
             job = self._with_status(obj)
             if resource == "rayjobs":
                 out[name] = job
-            elif resource == "pods" and (pod := head_pod(job)):
+            elif resource == "pods" and (pod := submitter_pod(job)):
                 out[pod["metadata"]["name"]] = pod
-            elif resource == "workloads" and QUEUE_LABEL in job["metadata"].get("labels", {}):
-                held = workload(job)
+            elif resource == "workloads" and (held := self.queued().workload(job["metadata"]["uid"])):
                 out[held["metadata"]["name"]] = held
         return out
 
+    def queued(self) -> FakeKueue:
+        if self.kueue is None:
+            self.kueue = FakeKueue(self.kueue_docs, self.admit_after_s)
+        return self.kueue
+
     def _with_status(self, job: dict[str, Any]) -> dict[str, Any]:
-        run = self.runs.get(job["metadata"]["uid"])
+        uid = job["metadata"]["uid"]
+        run = self.runs.get(uid)
+        if uid in self.evicted:  # KubeRay: Suspending while the cluster goes, then Suspended
+            stopping = run is not None and run.running()
+            return {**job, "status": {"jobDeploymentStatus": "Suspending" if stopping else "Suspended", "jobStatus": ""}}
         if run is None:
             return job
         return {**job, "status": run.status()}
@@ -231,7 +245,7 @@ class FakeKube:
             meta.update(namespace=namespace, uid=str(uuid.uuid4()), creationTimestamp=_now(), resourceVersion="1", generation=1)
             self.objects[(resource, namespace, name)] = obj
             if resource == "rayjobs":
-                self._admit_later(obj) if QUEUE_LABEL in meta.get("labels", {}) else self._start(obj)
+                self._queue(obj) if QUEUE_LABEL in meta.get("labels", {}) else self._start(obj)
         return 201, self.answer(path.rstrip("/") + "/" + name)[1]
 
     def patch(self, path: str, query: dict[str, list[str]], patch: dict[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -260,6 +274,8 @@ class FakeKube:
             if self.objects.pop((resource, namespace, name), None) is None:
                 return _not_found(resource, name)
             run = self.runs.get(current["metadata"]["uid"]) if resource == "rayjobs" else None
+            if resource == "rayjobs":
+                self.queued().remove(current["metadata"]["uid"])
         if run is not None:  # KubeRay deletes the RayCluster with its RayJob: the run is interrupted
             self._background(run.stop)
         return 200, current
@@ -298,30 +314,43 @@ class FakeKube:
 
     # -- the operators --------------------------------------------------------------------------
 
-    def _admit_later(self, job: dict[str, Any]) -> None:
+    def _queue(self, job: dict[str, Any]) -> None:
         """Kueue's webhook suspends the RayJob on creation; KubeRay shows it Suspended until Kueue
-        admits its Workload, which here takes `admit_after_s`."""
+        admits its Workload (tests/fake_kueue.py), which the scheduler loop decides."""
         job["spec"]["suspend"] = True
-        key = ("rayjobs", job["metadata"]["namespace"], job["metadata"]["name"])
         job["status"] = {"jobDeploymentStatus": "Suspended", "jobStatus": ""}
+        self.queued().add(job)
 
-        def admit() -> None:
-            time.sleep(self.admit_after_s)
-            with self.lock:
-                current = self.objects.get(key)
-                if current is None or current["metadata"]["uid"] != job["metadata"]["uid"]:
-                    return  # deleted while queued
-                current["spec"]["suspend"] = False
-                current["status"] = {}  # Suspended -> New: KubeRay starts it over
-                self._start(current)
+    def schedule(self) -> None:
+        """One pass of Kueue's scheduler over the queued RayJobs."""
+        with self.lock:
+            self.queued().schedule(self._admit, self._evict, self._stopped)
 
-        self._background(admit)
+    def _admit(self, job: dict[str, Any]) -> None:
+        job["spec"]["suspend"] = False
+        job["status"] = {}  # Suspended -> New: KubeRay starts it over
+        self.evicted.discard(job["metadata"]["uid"])
+        self._start(job)
+
+    def _evict(self, job: dict[str, Any]) -> None:
+        """Kueue suspends the RayJob; KubeRay deletes its cluster and submitter (the run is stopped)."""
+        job["spec"]["suspend"] = True
+        uid = job["metadata"]["uid"]
+        self.evicted.add(uid)
+        run = self.runs.get(uid)
+        if run is not None:
+            self._background(run.stop)
+
+    def _stopped(self, uid: str) -> bool:
+        run = self.runs.get(uid)
+        return run is None or not run.running()
 
     def _start(self, job: dict[str, Any]) -> None:
         if self.rayjob_command is None:
             return
         spec = {k: v for k, v in job.items() if k != "status"}
-        self.runs[job["metadata"]["uid"]] = RayJobRun.start(spec, self.rayjob_command)
+        earlier = self.runs.get(job["metadata"]["uid"])
+        self.runs[job["metadata"]["uid"]] = RayJobRun.start(spec, self.rayjob_command, earlier.directory if earlier else None)
 
     def _background(self, fn: Any) -> None:
         threading.Thread(target=fn, daemon=True).start()
@@ -342,14 +371,14 @@ class FakeKube:
             run.clean_up()
 
     def log(self, namespace: str, pod: str, container: str) -> RayJobRun | None:
-        """The run whose head pod this is, when `container` is its submitter."""
+        """The run whose submitter pod this is, when `container` is its submitter."""
         with self.lock:
             pods = self._current("pods", namespace)
             if pod not in pods or container != SUBMITTER:
                 return None
-            cluster = pods[pod]["metadata"]["labels"]["ray.io/cluster"]
             for run in self.runs.values():
-                if run.status().get("rayClusterName") == cluster:  # named with a random suffix: one run's
+                cluster = run.status().get("rayClusterName", "")
+                if cluster and pod.endswith(cluster[-5:]):  # a pod of this admission's submitter Job
                     return run
         return None
 
@@ -456,9 +485,17 @@ def serve(kube: FakeKube) -> Iterator[FakeKube]:
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
+    stopping = threading.Event()
+
+    def scheduler() -> None:  # Kueue's scheduling loop
+        while not stopping.wait(0.5):
+            kube.schedule()
+
+    threading.Thread(target=scheduler, daemon=True).start()
     kube.url = f"http://127.0.0.1:{server.server_address[1]}"
     try:
         yield kube
     finally:
+        stopping.set()
         server.shutdown()
         kube.close()

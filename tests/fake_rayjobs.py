@@ -1,7 +1,7 @@
-"""What the operators do with a RayJob applied to the fake Kubernetes API (tests/fake_kube.py), for
-real: KubeRay's part is `python -m jobs.local rayjob` run on it (`RayJobRun`), whose status lines
-become the RayJob's `.status` and whose log is the head pod's submitter container log; Kueue's is a
-Workload that is pending while the RayJob is suspended, then admitted."""
+"""What KubeRay does with a RayJob applied to the fake Kubernetes API (tests/fake_kube.py), for real:
+`python -m jobs.local rayjob` run on it (`RayJobRun`), whose status lines become the RayJob's
+`.status` and whose log is the submitter pod's log (K8sJobMode: the pod of the Job KubeRay names
+after the RayJob). Kueue's part is tests/fake_kueue.py."""
 
 from __future__ import annotations
 
@@ -17,8 +17,6 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 SUBMITTER = "ray-job-submitter"
 STOP_S = 90.0  # for an interrupted `jobs.local rayjob` to stop its job and tear its cluster down
 TERMINAL = ("Complete", "Failed", "ValidationFailed")
@@ -33,12 +31,13 @@ class RayJobRun:
     proc: subprocess.Popen
 
     @classmethod
-    def start(cls, rayjob: dict[str, Any], command: list[str]) -> RayJobRun:
+    def start(cls, rayjob: dict[str, Any], command: list[str], directory: Path | None = None) -> RayJobRun:
+        """A run in `directory` (again, after an eviction: its storage kept), else in a new one."""
         # Short: Ray's socket paths under the state dir are limited to 107 bytes.
-        directory = Path(tempfile.mkdtemp(prefix="fk-", dir="/tmp"))
+        directory = directory or Path(tempfile.mkdtemp(prefix="fk-", dir="/tmp"))
         (directory / "rayjob.json").write_text(json.dumps(rayjob))
         for name in ("status.jsonl", "job.log"):
-            (directory / name).touch()
+            (directory / name).write_text("")  # an admission's own: a new cluster, a new submitter pod
         args = [
             *command,
             str(directory / "rayjob.json"),
@@ -100,38 +99,22 @@ class RayJobRun:
             shutil.rmtree(self.directory, ignore_errors=True)
 
 
-def head_pod(job: dict[str, Any]) -> dict[str, Any] | None:
-    """KubeRay's head pod of the RayJob's RayCluster, once the status names the cluster."""
+def submitter_pod(job: dict[str, Any]) -> dict[str, Any] | None:
+    """The pod of KubeRay's submitter Job (named after the RayJob), once the status names the cluster."""
     cluster = job.get("status", {}).get("rayClusterName")
     if not cluster:
         return None
     name = job["metadata"]["name"]
-    labels = {"ray.io/cluster": cluster, "ray.io/node-type": "head", "ray.io/is-ray-node": "yes", "ray-tpu-gke/ray-cluster": name}
-    containers = [{"name": "ray-head", "image": "ray"}, {"name": SUBMITTER, "image": "ray"}]
+    labels = {"batch.kubernetes.io/job-name": name, "job-name": name, "ray-tpu-gke/ray-cluster": name}
     return {
         "kind": "Pod",
         "apiVersion": "v1",
-        "metadata": {"name": f"{cluster}-head", "namespace": job["metadata"]["namespace"], "labels": labels},
-        "spec": {"containers": containers},
+        "metadata": {
+            "name": f"{name}-{cluster[-5:]}",
+            "namespace": job["metadata"]["namespace"],
+            "labels": labels,
+            "creationTimestamp": job.get("status", {}).get("startTime") or job["metadata"].get("creationTimestamp"),
+        },
+        "spec": {"containers": [{"name": SUBMITTER, "image": "ray"}]},
         "status": {"phase": "Running"},
-    }
-
-
-def workload(job: dict[str, Any]) -> dict[str, Any]:
-    """Kueue's Workload for a queued RayJob: pending while it is suspended, then admitted."""
-    meta = job["metadata"]
-    held = job["spec"].get("suspend", False)
-    condition = {
-        "type": "QuotaReserved",
-        "status": "False" if held else "True",
-        "reason": "Pending" if held else "QuotaReserved",
-        "message": "the fake Kueue holds it for a moment before admitting it" if held else "Quota reserved in ClusterQueue fake",
-    }
-    conditions = [condition] if held else [condition, {"type": "Admitted", "status": "True", "reason": "Admitted", "message": ""}]
-    return {
-        "kind": "Workload",
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "metadata": {"name": f"rayjob-{meta['name']}", "namespace": meta["namespace"], "labels": {JOB_UID_LABEL: meta["uid"]}},
-        "spec": {"queueName": meta["labels"][QUEUE_LABEL]},
-        "status": {"conditions": conditions},
     }

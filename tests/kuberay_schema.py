@@ -24,6 +24,7 @@ CRD_FILES = {
     "LocalQueue": "kueue.x-k8s.io_localqueues.yaml",
     "AdmissionCheck": "kueue.x-k8s.io_admissionchecks.yaml",
     "ProvisioningRequestConfig": "kueue.x-k8s.io_provisioningrequestconfigs.yaml",
+    "WorkloadPriorityClass": "kueue.x-k8s.io_workloadpriorityclasses.yaml",
 }
 API_VERSIONS = {"ray.io": "v1", "kueue.x-k8s.io": "v1beta2"}
 

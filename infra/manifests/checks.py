@@ -19,6 +19,7 @@ KUEUE = "kubernetes-sigs/kueue@v0.19.2"
 MAX_RAYJOB_NAME = 47  # utils.MaxRayJobNameLength = MaxRayClusterNameLength (53) - 6 (constant.go:375,381)
 MAX_PODSETS = 18  # jobframework/constants.go:21 MaxPodSets
 _DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_PODSET_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 MIN_TOKEN_RAY = (2, 52, 0)  # validation.go:295-297: token auth needs Ray >= 2.52.0
 
 
@@ -102,12 +103,38 @@ def kueue_rayjob(job: dict[str, Any]) -> list[str]:
     if cluster.get("enableInTreeAutoscaling"):
         problems.append(f"Kueue refuses in-tree autoscaling without workload slicing ({where}/raycluster/common.go:302)")
     groups = cluster.get("workerGroupSpecs", [])
-    # The head is a PodSet, and so is K8sJobMode's submitter (rayjob_controller.go:252-311).
+    # The head is a PodSet, and so is K8sJobMode's submitter (rayjob/rayjob_controller.go:289-311). The
+    # webhook counts the head and the groups (raycluster/common.go:187-189, 313-316); the Workload's
+    # CRD, which the submitter's PodSet joins, takes at most 18 (apis/kueue/v1beta2/workload_types.go:36).
     podsets = 1 + len(groups) + (1 if spec.get("submissionMode", "K8sJobMode") == "K8sJobMode" else 0)
     if podsets > MAX_PODSETS:
-        problems.append(f"{podsets} PodSets is more than Kueue's {MAX_PODSETS} ({where}/raycluster/common.go:314)")
+        problems.append(f"{podsets} PodSets is more than Kueue's {MAX_PODSETS} ({where}/raycluster/common.go:314, workload_types.go:36)")
     if any(g.get("groupName") == "head" for g in groups):
         problems.append(f"no worker group may be named `head` ({where}/raycluster/common.go:319)")
+    for group in groups:  # a PodSet's name (apis/kueue/v1beta2/workload_types.go:282-286: lowercased, a DNS label)
+        if not _PODSET_NAME.match(str(group.get("groupName", "")).lower()):
+            problems.append(
+                f"worker group {group.get('groupName')!r} is not a Kueue PodSet name (a DNS label) ({KUEUE} workload_types.go:282-286)"
+            )
+    return problems
+
+
+def tpu_webhook_names(job: dict[str, Any]) -> list[str]:
+    """The names the Ray TPU webhook and KubeRay derive from a multi-host TPU group's name must be
+    valid: the pods' hostnames `<group>-<replica>-<host>` (DNS labels, webhook main.go:846-850) and
+    label values `<group>-<replica>` (replicaIndex, main.go:331-336) and `<group>-<5 random>`
+    (KubeRay's ray.io/worker-group-replica-name, utils/util.go:378-382), each at most 63 characters."""
+    problems = []
+    for group in job["spec"].get("rayClusterSpec", {}).get("workerGroupSpecs", []):
+        hosts, replicas, name = group.get("numOfHosts", 1), group.get("replicas", 1), str(group.get("groupName", ""))
+        if hosts <= 1:
+            continue  # the webhook names only multi-host slices' pods (main.go:846)
+        longest = max(f"{name}-{replicas - 1}-{hosts - 1}", f"{name}-xxxxx", key=len)
+        if len(longest) > 63 or not _DNS1035.match(name):
+            problems.append(
+                f"worker group {name!r}: its hosts' names such as {longest!r} must be DNS labels of at most 63 characters "
+                "(ai-on-gke/kuberay-tpu-webhook main.go:846-850; KubeRay utils/util.go:378-382)"
+            )
     return problems
 
 

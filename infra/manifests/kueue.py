@@ -2,13 +2,20 @@
 v0.19.2), printed by `python -m infra manifests` after the Ray objects:
 
 - A ResourceFlavor per slice group that leaves slices to RayJobs (`rayjob_slices`), its nodeLabels
-  the group's pools' labels (Kueue adds them to the admitted pods' nodeSelector), and a CPU flavor
-  for the RayJobs' heads, listed first: Kueue tries a resource group's flavors in order, so a head
-  (no TPU) lands on the CPU flavor, whose TPU quota is 0, and a TPU worker group on its own group's.
+  the group's pools' labels (Kueue adds them to the admitted pods' nodeSelector) and its nodeTaints
+  the taints GKE puts on those nodes (`google.com/tpu`, and `cloud.google.com/gke-queued` on
+  queued-provisioning pools), and a CPU flavor for the RayJobs' heads and submitters, listed first.
+  Kueue matches a pod only against each flavor's own label keys (infra.kube_facts
+  "kueue-flavor-fit"), so without the taints a head or a submitter, which request no TPU, could be
+  given a TPU flavor once the CPU flavor is full; only the TPU worker templates tolerate them. No
+  flavor has tolerations of its own: they would cancel its taints for admission.
+- WorkloadPriorityClasses, the config's `kueue.priorities` (RayJobs name one with
+  `kueue.x-k8s.io/priority-class`).
 - One ClusterQueue over cpu, memory and google.com/tpu (every resource a RayJob's pods request must
-  be covered: Kueue's default BlockUndeclared). Its quotas are derived: each TPU flavor holds the
-  group's RayJob slices (x chips, x the pods' CPU and memory); the CPU flavor one head (and its
-  submitter sidecar) per RayJob slice, since a job needs at least a slice.
+  be covered: Kueue's default BlockUndeclared), preempting lower-priority jobs within it when a
+  higher one does not fit. Its quotas are derived, exactly (never rounded down): each TPU flavor
+  holds the group's RayJob slices (x chips, x the pods' CPU and memory); the CPU flavor one head and
+  one submitter per RayJob slice, since a job needs at least a slice.
 - A LocalQueue in the Ray namespace (never `default`, config.KueueConfig says why), which RayJobs
   name with the `kueue.x-k8s.io/queue-name` label.
 - For queued-provisioning groups: a ProvisioningRequestConfig (`queued-provisioning.gke.io`,
@@ -23,17 +30,17 @@ from typing import Any
 
 from infra import quantity
 from infra.config import Environment, SliceGroup
-from infra.names import CPU_POOL_NAME, SLICE_GROUP_LABEL, labels
+from infra.manifests.rayjob import SUBMITTER_REQUESTS
+from infra.names import CPU_POOL_NAME, QUEUED_LABEL, SLICE_GROUP_LABEL, labels
 
 API = "kueue.x-k8s.io/v1beta2"
 TPU_RESOURCE = "google.com/tpu"
 COVERED = ["cpu", "memory", TPU_RESOURCE]
 PROVISIONING_CONTROLLER = "kueue.x-k8s.io/provisioning-request"  # v1beta2 ProvisioningRequestControllerName
 PROVISIONING_CLASS = "queued-provisioning.gke.io"
-# KubeRay's SidecarMode submitter (common/job.go GetDefaultSubmitterContainer: requests 500m / 200Mi,
-# limits 1 CPU / 1Gi) joins the head's PodSet in Kueue (rayjob_controller.go:319-332); the CPU
-# flavor's quota counts its limits per job, which covers its requests.
-SUBMITTER_CPU, SUBMITTER_MEMORY = Decimal(1), Decimal(2**30)
+# What GKE taints TPU nodes with (infra.kube_facts "gke-tpu-taint", "dws-tolerations").
+TPU_TAINT = {"key": TPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
+QUEUED_TAINT = {"key": QUEUED_LABEL, "value": "true", "effect": "NoSchedule"}
 
 
 def rayjob_groups(env: Environment) -> list[SliceGroup]:
@@ -69,21 +76,38 @@ def resource_flavors(env: Environment) -> list[dict[str, Any]]:
         }
         if env.mode == "standard":
             node_labels[SLICE_GROUP_LABEL] = group.name
+        taints = [dict(TPU_TAINT), *([dict(QUEUED_TAINT)] if group.capacity_kind == "queued-provisioning" else [])]
         out.append(
             {
                 "apiVersion": API,
                 "kind": "ResourceFlavor",
                 "metadata": _meta(env, flavor_name(env, group)),
-                "spec": {"nodeLabels": node_labels},
+                "spec": {"nodeLabels": node_labels, "nodeTaints": taints},
             }
         )
     return out
 
 
+def priority_classes(env: Environment) -> list[dict[str, Any]]:
+    """The config's priorities as WorkloadPriorityClasses (cluster-scoped, like ResourceFlavors)."""
+    assert env.kueue is not None
+    return [
+        {
+            "apiVersion": API,
+            "kind": "WorkloadPriorityClass",
+            "metadata": _meta(env, name),
+            "value": value,
+            "description": f"ray-tpu-gke {env.name}: `jobs.submit --priority {name}`"
+            + (" (the default)" if name == env.kueue.default_priority else ""),
+        }
+        for name, value in env.kueue.priorities.items()
+    ]
+
+
 def _quota(cpu: Decimal, memory: Decimal, tpu: int) -> list[dict[str, Any]]:
     """The flavor's quotas, in coveredResources order (ClusterQueue webhook: names must match)."""
     return [
-        {"name": "cpu", "nominalQuota": quantity.cpu(cpu)},
+        {"name": "cpu", "nominalQuota": quantity.exact(cpu)},
         {"name": "memory", "nominalQuota": quantity.memory(memory)},
         {"name": TPU_RESOURCE, "nominalQuota": tpu},
     ]
@@ -92,8 +116,8 @@ def _quota(cpu: Decimal, memory: Decimal, tpu: int) -> list[dict[str, Any]]:
 def cluster_queue(env: Environment) -> dict[str, Any]:
     groups = rayjob_groups(env)
     jobs = sum(g.rayjob_slices for g in groups)
-    head_cpu = quantity.parse(env.ray.head.cpu) + SUBMITTER_CPU
-    head_memory = quantity.parse(env.ray.head.memory) + SUBMITTER_MEMORY
+    head_cpu = quantity.parse(env.ray.head.cpu) + quantity.parse(SUBMITTER_REQUESTS["cpu"])
+    head_memory = quantity.parse(env.ray.head.memory) + quantity.parse(SUBMITTER_REQUESTS["memory"])
     flavors = [{"name": cpu_flavor_name(env), "resources": _quota(jobs * head_cpu, jobs * head_memory, 0)}]
     for group in groups:
         cpu, memory = (quantity.parse(r) for r in group.requests)
@@ -104,6 +128,7 @@ def cluster_queue(env: Environment) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": env.ray.namespace}},
         "resourceGroups": [{"coveredResources": list(COVERED), "flavors": flavors}],
+        "preemption": {"withinClusterQueue": "LowerPriority"},
     }
     queued = [flavor_name(env, g) for g in groups if g.capacity_kind == "queued-provisioning"]
     if queued:
@@ -116,7 +141,7 @@ def kueue_manifests(env: Environment) -> list[dict[str, Any]]:
     """Every Kueue object of the environment, in `kubectl apply` order; none without `kueue`."""
     if env.kueue is None:
         return []
-    docs = resource_flavors(env)
+    docs = [*resource_flavors(env), *priority_classes(env)]
     if any(g.capacity_kind == "queued-provisioning" for g in rayjob_groups(env)):
         docs.append(
             {

@@ -43,6 +43,8 @@ TPU_PORTS = [{"containerPort": p.port, "name": p.name} for p in (ray_ports.MEGAS
 
 # No privilege escalation and no extra capabilities for any Ray container.
 CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+# The `ray` user, never root, for the pods that touch no TPU (the head, a RayJob's submitter).
+POD_SECURITY = {"runAsNonRoot": True, "runAsUser": RAY_UID, "fsGroup": 100}
 
 
 def ray_cluster(env: Environment) -> dict[str, Any]:
@@ -129,7 +131,7 @@ def pod_labels(env: Environment, cluster: RayClusterPods) -> dict[str, str]:
 def head_group(env: Environment, cluster: RayClusterPods) -> dict[str, Any]:
     pod_spec: dict[str, Any] = {
         "serviceAccountName": env.ray.kubernetes_service_account,
-        "securityContext": {"runAsNonRoot": True, "runAsUser": RAY_UID, "fsGroup": 100},
+        "securityContext": dict(POD_SECURITY),
         "containers": [
             {
                 "name": "ray-head",

@@ -1,53 +1,83 @@
 """A KubeRay `ray.io/v1` RayJob per job: its own Ray cluster, sized for the job and torn down when it
 ends (`python -m jobs.submit JOB --env ENV --print-rayjob`). Pure: the entrypoint comes in as a
 string (infra never imports jobs), so what it runs is exactly the job command `jobs.submit` checked.
+The rules behind each choice, with their sources, are in `infra.kube_facts`.
 
 - `rayClusterSpec` comes from the RayCluster's own builders (infra.manifests.raycluster: one place
   for pod specs, token auth, pinned ports, node selectors and requests), with one TPU worker group
-  of the job's slice group and slices, `replicas = minReplicas = maxReplicas`, no autoscaling (Kueue
-  admits whole jobs; it refuses in-tree autoscaling without workload slicing, raycluster/common.go).
-- Token auth: `authOptions: {mode: token}`. The RayJob's cluster is named `<rayjob>-<5 random>`
-  (KubeRay utils.GenerateRayClusterName), so no container names its Secret: the operator makes it
-  and injects the token into every Ray container and into the submitter (common.SetContainerTokenAuthEnvVars).
-- Submission: SidecarMode. KubeRay's four modes: K8sJobMode adds a submitter pod (a batch Job the
-  NetworkPolicy must let in, and a third PodSet Kueue must find CPU quota for); InteractiveMode
-  waits for someone to submit; HTTPMode and SidecarMode add no pod. SidecarMode's submitter is a
-  container in the head pod (`ray-job-submitter`) running `ray job submit` against the head's own
-  dashboard with the token the operator injects, so the job's logs are that container's logs
-  (`kubectl logs`), which HTTPMode's have nowhere. Its cost: the head's restartPolicy stays unset or
-  Never (validation.go), and Kueue counts the sidecar's 500m/200Mi in the head's PodSet.
-- The code: the project's TPU image (images/tpu.Dockerfile), head and workers alike: the entrypoint
-  runs on the head, and the image carries `jobs/` and `infra/` and the jobs' requirements. No
-  shared code prefix in the bucket, which concurrent jobs would overwrite.
-- Kueue (when the environment has a `kueue` section): the queue-name label, and for a
-  queued-provisioning group the `cloud.google.com/gke-queued` node selector and toleration.
+  of the job's slices, `replicas = minReplicas = maxReplicas`, no autoscaling (Kueue admits whole
+  jobs; it refuses in-tree autoscaling without workload slicing, raycluster/common.go). The group
+  is named after the RayJob, never after the slice group: the TPU webhook places a slice's pods by
+  `replicaIndex=<group>-<i>`, which older webhooks match namespace-wide, so two jobs with one group
+  name would chase each other's node pools.
+- Token auth: `authOptions: {mode: token}`. The RayJob's cluster is named `<rayjob>-<5 random>`, so
+  no container names its Secret: the operator makes it and injects the token into every Ray
+  container and into the submitter (common.SetContainerTokenAuthEnvVars).
+- Submission: K8sJobMode, with a submitter of ours (`python -m jobs.client.submitter`, from the
+  project's image): a batch Job whose pod submits the job once (checking first that it is not
+  already there), follows its logs, and when the log stream drops while the job still runs, follows
+  it again, ending only when Ray says the job ended. KubeRay fails a RayJob 30 s after its
+  submitter ends while the job runs, and SidecarMode's submitter (a blocking `ray job submit`)
+  ends with any dropped stream (kuberay#4921): KUBE_FACTS["submission-mode"] has the sources.
+- The code: the project's TPU image (images/tpu.Dockerfile) for the head, the workers and the
+  submitter: the entrypoint runs on the head, and the image carries `jobs/` and `infra/` and the
+  jobs' requirements. No shared code prefix in the bucket, which concurrent jobs would overwrite.
+- Kueue (when the environment has a `kueue` section): the queue-name and priority-class labels;
+  the TPU workers tolerate `google.com/tpu` in their template, where Kueue reads tolerations (GKE
+  adds it to pods only when they are created); for a queued-provisioning group also the
+  `cloud.google.com/gke-queued` node selector and toleration and the ProvisioningRequest's
+  `maxRunDurationSeconds` (the active deadline); one slice per queued-provisioning job.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
 from infra.config import Environment, SliceGroup
-from infra.images import is_project_tpu_image
+from infra.images import PROJECT_TPU_IMAGE_FORM, is_project_tpu_image
+from infra.kube_facts import DWS_MAX_RUN_S, MAX_MULTI_HOST_RAYJOB_NAME, cite
 from infra.manifests.network_policy import network_policy
-from infra.manifests.raycluster import RayClusterPods, auth_options, head_group, tpu_worker_group
-from infra.names import QUEUED_LABEL, labels
+from infra.manifests.raycluster import (
+    CONTAINER_SECURITY,
+    POD_SECURITY,
+    RayClusterPods,
+    auth_options,
+    head_group,
+    pod_labels,
+    tpu_worker_group,
+)
+from infra.names import CPU_POOL_NAME, QUEUED_LABEL, labels
 
-SUBMISSION_MODE = "SidecarMode"
+SUBMISSION_MODE = "K8sJobMode"
 SUBMITTER_CONTAINER = "ray-job-submitter"  # KubeRay utils.SubmitterContainerName
+# KubeRay's own submitter's resources (common/job.go GetDefaultSubmitterContainer), which Kueue
+# counts as the `submitter` PodSet (kueue rayjob_controller.go:266-311).
+SUBMITTER_REQUESTS = {"cpu": "500m", "memory": "200Mi"}
+SUBMITTER_LIMITS = {"cpu": "1", "memory": "1Gi"}
+# Retries of the submitter's pod (the Job's backoffLimit; KubeRay's default 2): a pod lost with its
+# node. A dropped log stream costs none: the submitter follows the job again itself.
+SUBMITTER_BACKOFF_LIMIT = 5
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"  # Kueue pkg/controller/constants QueueLabel
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"  # Kueue pkg/controller/constants/constants.go:48
+MAX_RUN_ANNOTATION = "provreq.kueue.x-k8s.io/maxRunDurationSeconds"
 JOB_LABEL = "ray-tpu-gke/job"
 BACKOFF_LIMIT = 0  # reruns after a lost host stay in the job's own driver (jobs.runtime.reruns)
+# How long a finished job's cluster stays: Kueue frees the quota when the RayJob ends, so nodes still
+# held by a finished job's cluster keep the next admitted job (or idle DWS hosts) waiting.
+TTL_AFTER_FINISHED_S = 60
+TPU_TOLERATION = {"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"}
+QUEUED_TOLERATION = {"key": QUEUED_LABEL, "operator": "Exists", "effect": "NoSchedule"}
 
 
 @dataclass(frozen=True)
 class RayJobRequest:
-    """One job as a RayJob: what runs (`entrypoint`, `job` names the workload), on which slices, and
-    the RayJob's bounds in seconds."""
+    """One job as a RayJob: what runs (`entrypoint`, `job` names the workload), on which slices, the
+    RayJob's bounds in seconds, and its Kueue priority class (None without Kueue)."""
 
     name: str
     job: str
@@ -59,6 +89,16 @@ class RayJobRequest:
     ttl_after_finished_s: int
     env_vars: dict[str, str] = field(default_factory=dict)
     pip: tuple[str, ...] = ()
+    priority: str | None = None
+
+    @property
+    def runtime_env(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.env_vars:
+            out["env_vars"] = dict(self.env_vars)
+        if self.pip:
+            out["pip"] = list(self.pip)
+        return out
 
 
 class RayJobError(ValueError):
@@ -71,15 +111,59 @@ def check(env: Environment, request: RayJobRequest) -> SliceGroup:
     if request.group not in names:
         raise RayJobError(f"slice group {request.group!r} is not in environment {env.name}; valid: {', '.join(names)}")
     group = env.slice_group(request.group)
+    index = names.index(group.name)
     image = env.ray.worker_image(group.generation)
     if not is_project_tpu_image(image):
         raise RayJobError(
             f"ray.tpu_images.{group.generation}: a RayJob runs the code in the project's TPU image (images/tpu.Dockerfile, "
-            f"`make images`), and {image} is not it: pass --tpu-image REF or set ray.tpu_images.{group.generation}"
+            f"`make images`), and {image} is not it: pass --tpu-image {PROJECT_TPU_IMAGE_FORM}, or set ray.tpu_images.{group.generation}"
         )
-    if request.slices > group.slices:
-        raise RayJobError(f"--slices: {request.slices} is more than slice group {group.name} has ({group.slices})")
+    if not group.rayjob_slices:
+        raise RayJobError(f"slice_groups[{index}].rayjob_slices: slice group {group.name} leaves no slices to RayJobs")
+    if request.slices > group.rayjob_slices:
+        raise RayJobError(
+            f"--slices: {request.slices} is more than slice group {group.name} leaves to RayJobs "
+            f"(slice_groups[{index}].rayjob_slices: {group.rayjob_slices})"
+        )
+    if group.shape.hosts > 1 and len(request.name) > MAX_MULTI_HOST_RAYJOB_NAME:
+        raise RayJobError(
+            f"--name: {request.name!r} is {len(request.name)} characters; a RayJob on a multi-host slice takes at most "
+            f"{MAX_MULTI_HOST_RAYJOB_NAME} ({cite('webhook-headless-name')})"
+        )
+    if group.capacity_kind == "queued-provisioning":
+        if request.slices > 1:
+            raise RayJobError(
+                f"--slices: {request.slices} slices of queued-provisioning group {group.name} in one RayJob; GKE provisions one "
+                f"PodSet per ProvisioningRequest and documents no request that makes several multi-host slices: submit one RayJob "
+                f"per slice ({cite('dws-one-podset')})"
+            )
+        if request.active_deadline_s > DWS_MAX_RUN_S:
+            raise RayJobError(
+                f"--active-deadline: {request.active_deadline_s} s is longer than a queued-provisioning node may run "
+                f"({DWS_MAX_RUN_S} s, 7 days: {cite('dws-max-run')})"
+            )
     return group
+
+
+def submitter_template(env: Environment, request: RayJobRequest, image: str) -> dict[str, Any]:
+    """The submitter Job's pod: ours, on the CPU pool, in the job's Ray cluster (its NetworkPolicy lets
+    it reach the head). KubeRay adds RAY_DASHBOARD_ADDRESS, RAY_JOB_SUBMISSION_ID and the token to its
+    first container and leaves its command alone (rayjob_controller.go:634-662)."""
+    args = ["--entrypoint", request.entrypoint]
+    if request.runtime_env:
+        args += ["--runtime-env-json", json.dumps(request.runtime_env, sort_keys=True)]
+    container = {
+        "name": SUBMITTER_CONTAINER,
+        "image": image,
+        "command": ["python", "-m", "jobs.client.submitter"],
+        "args": args,
+        "resources": {"requests": dict(SUBMITTER_REQUESTS), "limits": dict(SUBMITTER_LIMITS)},
+        "securityContext": CONTAINER_SECURITY,
+    }
+    pod: dict[str, Any] = {"restartPolicy": "Never", "securityContext": dict(POD_SECURITY), "containers": [container]}
+    if env.mode == "standard":
+        pod["nodeSelector"] = {"cloud.google.com/gke-nodepool": CPU_POOL_NAME}
+    return {"metadata": {"labels": pod_labels(env, RayClusterPods(request.name, None))}, "spec": pod}
 
 
 def ray_job(env: Environment, request: RayJobRequest) -> dict[str, Any]:
@@ -89,18 +173,22 @@ def ray_job(env: Environment, request: RayJobRequest) -> dict[str, Any]:
     head = head_group(env, cluster)
     (head_container,) = head["template"]["spec"]["containers"]
     head_container["image"] = image  # the entrypoint runs here: it needs the code
-    worker = tpu_worker_group(env, group, cluster, slices=request.slices)
+    worker = tpu_worker_group(env, group, cluster, slices=request.slices, name=request.name)
     worker.update(replicas=request.slices, minReplicas=request.slices, maxReplicas=request.slices)
+    pod = worker["template"]["spec"]
+    pod["tolerations"] = [*pod.get("tolerations", []), TPU_TOLERATION]
+    annotations: dict[str, str] = {}
     if group.capacity_kind == "queued-provisioning":
-        _for_queued_nodes(worker)
-    runtime_env: dict[str, Any] = {}
-    if request.env_vars:
-        runtime_env["env_vars"] = dict(request.env_vars)
-    if request.pip:
-        runtime_env["pip"] = list(request.pip)
+        # Queued-provisioning nodes carry the gke-queued label and taint (GKE's ray-kueue-dws
+        # tutorial); the request's nodes run no longer than the job may.
+        pod["nodeSelector"] = {**pod["nodeSelector"], QUEUED_LABEL: "true"}
+        pod["tolerations"].append(QUEUED_TOLERATION)
+        annotations[MAX_RUN_ANNOTATION] = str(request.active_deadline_s)
     spec: dict[str, Any] = {
         "entrypoint": request.entrypoint,
         "submissionMode": SUBMISSION_MODE,
+        "submitterPodTemplate": submitter_template(env, request, image),
+        "submitterConfig": {"backoffLimit": SUBMITTER_BACKOFF_LIMIT},
         "shutdownAfterJobFinishes": True,
         "ttlSecondsAfterFinished": request.ttl_after_finished_s,
         "activeDeadlineSeconds": request.active_deadline_s,
@@ -113,24 +201,16 @@ def ray_job(env: Environment, request: RayJobRequest) -> dict[str, Any]:
             "workerGroupSpecs": [worker],
         },
     }
-    if runtime_env:
-        spec["runtimeEnvYAML"] = yaml.safe_dump(runtime_env, sort_keys=False)
+    if request.runtime_env:
+        spec["runtimeEnvYAML"] = yaml.safe_dump(request.runtime_env, sort_keys=False)
     metadata_labels = {**labels(env), JOB_LABEL: request.job}
     if env.kueue is not None:
         metadata_labels[QUEUE_LABEL] = env.kueue.local_queue
-    return {
-        "apiVersion": "ray.io/v1",
-        "kind": "RayJob",
-        "metadata": {"name": request.name, "namespace": env.ray.namespace, "labels": metadata_labels},
-        "spec": spec,
-    }
-
-
-def _for_queued_nodes(worker: dict[str, Any]) -> None:
-    """Queued-provisioning nodes carry the gke-queued label and taint (GKE's ray-kueue-dws tutorial)."""
-    pod = worker["template"]["spec"]
-    pod["nodeSelector"] = {**pod["nodeSelector"], QUEUED_LABEL: "true"}
-    pod["tolerations"] = [*pod.get("tolerations", []), {"key": QUEUED_LABEL, "operator": "Exists", "effect": "NoSchedule"}]
+        metadata_labels[PRIORITY_LABEL] = request.priority or env.kueue.default_priority
+    metadata: dict[str, Any] = {"name": request.name, "namespace": env.ray.namespace, "labels": metadata_labels}
+    if annotations:
+        metadata["annotations"] = annotations
+    return {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": metadata, "spec": spec}
 
 
 def rayjob_manifests(env: Environment, request: RayJobRequest) -> list[dict[str, Any]]:

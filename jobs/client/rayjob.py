@@ -8,8 +8,9 @@ follow the RayJob through Kueue and KubeRay to its end, and exit with the job's 
 - Follow: `kubectl get rayjob NAME -o json` every POLL_S, one line per phase change
   (jobs.client.rayjob_status): queued (with Kueue's reason, from the RayJob's Workload), admitted,
   Initializing, Running, then Complete / Failed / ValidationFailed. While it runs, the job's logs:
-  `kubectl logs -f` of the head pod's `ray-job-submitter` container (SidecarMode: the submitter's
-  `ray job submit` follows the job's logs there).
+  `kubectl logs -f` of the submitter's pod (K8sJobMode: the pod of the Job KubeRay names after the
+  RayJob, whose `ray-job-submitter` container follows the job's logs; a retried pod is followed in
+  its turn).
 - Exit: 0 the Ray job SUCCEEDED; 1 it failed, was stopped, passed a deadline or was refused by
   KubeRay (the line says why); 2 it could not be applied or followed; 3 `timeout_s` ran out (the
   RayJob and its NetworkPolicy are deleted; the line says what it was waiting for); 130 Ctrl-C or
@@ -50,7 +51,8 @@ DELETE_S = 60.0  # the deletion (kubectl waits for the objects to be gone) on Ct
 LOGS_AFTER_S = 20.0  # after the end, for the submitter's last log lines
 API_LOST_S = 120.0  # reads that fail this long in a row end the follow (exit 2)
 WORKLOAD_EVERY_S = 10.0  # while queued, how often Kueue's reason is read
-SUBMITTER = "ray-job-submitter"  # KubeRay's SidecarMode container (infra.manifests.rayjob)
+SUBMITTER = "ray-job-submitter"  # KubeRay's submitter container (infra.manifests.rayjob)
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"  # on every pod of a batch Job (Kubernetes >= 1.27)
 
 
 def kubectl(args: list[str], timeout_s: float, what: str, stdin: str | None = None) -> str:
@@ -174,7 +176,7 @@ class Follower:
                 next_workload = time.monotonic() + WORKLOAD_EVERY_S
             cluster = (rayjob.get("status") or {}).get("rayClusterName")
             if now.name == "Running" and cluster:
-                self.logs = self.logs if self.logs and self.logs.cluster == cluster else SubmitterLogs(self.namespace, cluster)
+                self.logs = self.logs or SubmitterLogs(self.namespace, self.name)
                 self.logs.keep_following(self.bound())
             if now.exit_code is not None:
                 return self.ended(now, cluster)
@@ -207,8 +209,7 @@ class Follower:
 
     def ended(self, end: Phase, cluster: str | None) -> int:
         if cluster:
-            logs = self.logs if self.logs and self.logs.cluster == cluster else SubmitterLogs(self.namespace, cluster)
-            logs.finish(LOGS_AFTER_S)
+            (self.logs or SubmitterLogs(self.namespace, self.name)).finish(LOGS_AFTER_S)
         if end.exit_code:
             self.error(f"RayJob {self.name} {end.line}")
         else:
@@ -237,23 +238,26 @@ class Follower:
 
 
 class SubmitterLogs:
-    """`kubectl logs -f` of the submitter container in the RayCluster's head pod, copied to stdout
-    line by line; restarted (skipping what was printed) when the stream ends while the job runs."""
+    """`kubectl logs -f` of the RayJob's submitter pod, copied to stdout line by line; restarted when
+    the stream ends while the job runs (skipping what was printed of that pod), and moved to the
+    Job's newer pod when it retried one."""
 
-    def __init__(self, namespace: str, cluster: str):
-        self.namespace, self.cluster = namespace, cluster
+    def __init__(self, namespace: str, rayjob: str):
+        self.namespace, self.rayjob = namespace, rayjob
+        self.pod: str | None = None
         self.printed = 0
         self.proc: subprocess.Popen | None = None
         self.reader: threading.Thread | None = None
 
-    def head_pod(self, timeout_s: float) -> str | None:
-        selector = f"ray.io/cluster={self.cluster},ray.io/node-type=head"
-        args = ["get", "pods", "-n", self.namespace, "-l", selector, "-o", "jsonpath={.items[*].metadata.name}"]
+    def submitter_pod(self, timeout_s: float) -> str | None:
+        """The newest pod of the submitter Job (KubeRay names the Job after the RayJob)."""
+        args = ["get", "pods", "-n", self.namespace, "-l", f"{JOB_NAME_LABEL}={self.rayjob}", "--sort-by=.metadata.creationTimestamp"]
+        args += ["-o", "jsonpath={.items[*].metadata.name}"]
         try:
-            names = kubectl(args, timeout_s, f"find RayCluster {self.cluster}'s head pod").split()
+            names = kubectl(args, timeout_s, f"find RayJob {self.rayjob}'s submitter pod").split()
         except KubectlError:
             return None  # not there yet: the next poll tries again
-        return names[0] if names else None
+        return names[-1] if names else None
 
     def keep_following(self, timeout_s: float, follow: bool = True) -> None:
         """Start the stream when none runs (the pod may not be there yet: the next call retries)."""
@@ -261,10 +265,12 @@ class SubmitterLogs:
             return
         if self.reader is not None:
             self.reader.join(5.0)  # the last stream's lines are out before the next starts
-        pod = self.head_pod(timeout_s)
+        pod = self.submitter_pod(timeout_s)
         path = shutil.which("kubectl")
         if pod is None or path is None:
             return
+        if pod != self.pod:
+            self.pod, self.printed = pod, 0
         args = [path, "logs", "-n", self.namespace, pod, "-c", SUBMITTER, *(["-f"] if follow else [])]
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, errors="replace")
         self.reader = threading.Thread(target=self._copy, args=(self.proc.stdout, self.printed), daemon=True)

@@ -1,4 +1,5 @@
-"""`python -m jobs.local up | status | down | env | rayjob FILE`: see `jobs.local` and `jobs.local.rayjob`."""
+"""`python -m jobs.local up | status | down | env | rayjob FILE | preempt`: see `jobs.local`,
+`jobs.local.rayjob` and `jobs.local.preempt`."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from jobs.cli import JobArgumentParser, add_slice_flags, positive_int, positive_
 from jobs.local import rayjob
 from jobs.local.cluster import DEFAULT_STATE_DIR, LocalCluster, LocalClusterError, down, status, up
 from jobs.local.env import client_exports, state_dir_problem
+from jobs.local.preempt import TIMEOUT_S, PreemptError, preempt
 from jobs.local.rayjob_spec import RayJobError, parse_rayjob
 
 
@@ -44,6 +46,16 @@ def _parser() -> JobArgumentParser:
     for p in (start, job):
         p.add_argument("--host-cpus", type=positive_int, default=2, help="logical CPUs per simulated host")
         p.add_argument("--object-store-mb", type=positive_int, default=128, help="object store per node, MiB")
+    evict = sub.add_parser(
+        "preempt", help="evict the RayJob `rayjob FILE` runs from this --state-dir, as Kueue does; exits 0 once it is Suspended"
+    )
+    evict.add_argument(
+        "--timeout",
+        type=positive_seconds,
+        default=TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"for the eviction to be delivered (default {TIMEOUT_S:g})",
+    )
     for name, text in (
         ("status", "show the simulated slices"),
         ("down", "stop the simulated cluster"),
@@ -123,6 +135,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command == "rayjob":
             return _rayjob(parser, args)
+        if args.command == "preempt":
+            try:
+                print(f"[local] {preempt(args.state_dir, args.timeout)}", flush=True)
+            except PreemptError as err:
+                print(f"[local] error: {err}", file=sys.stderr)
+                return 1
+            return 0
         if args.command == "env":
             found = LocalCluster.load(args.state_dir)
             if found is None:

@@ -214,15 +214,19 @@ def _registered(name: str, worker_id: int) -> bool:
     return any(n.alive and n.slice_name == name and n.worker_id == worker_id for n in map(tpu_node, ray.nodes()))
 
 
-def down(state_dir: str | Path = DEFAULT_STATE_DIR, grace_s: float = 15.0) -> LocalCluster | None:
-    """Stop every node we started (hosts first, then the head). Returns what was stopped, or None."""
+def down(state_dir: str | Path = DEFAULT_STATE_DIR, grace_s: float = 15.0, *, all_at_once: bool = False) -> LocalCluster | None:
+    """Stop every node we started (hosts first, then the head; or `all_at_once`, as a deleted
+    RayCluster's pods all get their SIGTERM together). Returns what was stopped, or None."""
     cluster = LocalCluster.load(state_dir)
     if cluster is None:
         return None
     hosts = [n.pid for n in cluster.nodes if n.role == "host"]
     heads = [n.pid for n in cluster.nodes if n.role == "head"]
-    stop_groups(hosts, grace_s)
-    stop_groups(heads, grace_s)
+    if all_at_once:
+        stop_groups([*heads, *hosts], grace_s)
+    else:
+        stop_groups(hosts, grace_s)
+        stop_groups(heads, grace_s)
     Path(state_dir, STATE_FILE).unlink(missing_ok=True)
     return cluster
 

@@ -24,6 +24,7 @@ TPU_RESOURCE = "google.com/tpu"
 ACCELERATOR_LABEL = "cloud.google.com/gke-tpu-accelerator"
 TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"
 GROUPS = "spec.rayClusterSpec.workerGroupSpecs"
+MODES = ("K8sJobMode", "HTTPMode", "SidecarMode", "InteractiveMode")
 
 
 class RayJobError(ValueError):
@@ -42,6 +43,11 @@ class RayJobSpec:
     shape: catalog.SliceShape
     slices: int
     group_name: str
+    mode: str = "K8sJobMode"  # KubeRay's default (the CRD's default too)
+    # K8sJobMode: the submitterPodTemplate's first container's command + args, when it has a
+    # command (KubeRay fills in its own only where there is none); None runs KubeRay's own.
+    submitter_command: tuple[str, ...] | None = None
+    submitter_backoff_limit: int = 2  # submitterConfig.backoffLimit; KubeRay's default
 
 
 def _at(obj: Any, key: str, path: str, kind: type | tuple[type, ...], default: Any = ...) -> Any:
@@ -91,7 +97,14 @@ def parse_rayjob(text: str, source: str) -> RayJobSpec:
         raise RayJobError("spec.clusterSelector: this RayJob runs on an existing RayCluster; this needs spec.rayClusterSpec")
     if _at(spec, "suspend", "spec.suspend", bool, False):
         raise RayJobError("spec.suspend: true; KubeRay would not start a suspended RayJob")
+    if mode not in MODES:
+        raise RayJobError(f"spec.submissionMode: {mode!r} is not one of KubeRay's modes; valid: {', '.join(MODES)}")
     runtime_env = yaml_mapping(_at(spec, "runtimeEnvYAML", "spec.runtimeEnvYAML", str, ""))
+    command = _submitter_command(spec) if mode == "K8sJobMode" else None
+    config = _at(spec, "submitterConfig", "spec.submitterConfig", dict, {})
+    backoff = _at(config, "backoffLimit", "spec.submitterConfig.backoffLimit", int, 2)
+    if backoff < 0:
+        raise RayJobError(f"spec.submitterConfig.backoffLimit: {backoff}; a Job's backoffLimit is not negative")
     shape, slices, group = tpu_group(_at(_at(spec, "rayClusterSpec", "spec.rayClusterSpec", dict), "workerGroupSpecs", GROUPS, list))
     return RayJobSpec(
         name=name,
@@ -104,7 +117,29 @@ def parse_rayjob(text: str, source: str) -> RayJobSpec:
         shape=shape,
         slices=slices,
         group_name=group,
+        mode=mode,
+        submitter_command=command,
+        submitter_backoff_limit=backoff,
     )
+
+
+def _submitter_command(spec: dict) -> tuple[str, ...] | None:
+    """The submitterPodTemplate's first container's command and args (rayjob_controller.go:641-647:
+    KubeRay keeps a command it is given), or None for KubeRay's own."""
+    template = _at(spec, "submitterPodTemplate", "spec.submitterPodTemplate", dict, None)
+    if template is None:
+        return None
+    path = "spec.submitterPodTemplate.spec.containers"
+    containers = _at(_at(template, "spec", "spec.submitterPodTemplate.spec", dict), "containers", path, list)
+    if not containers or not isinstance(containers[0], dict):
+        raise RayJobError(f"{path}: empty; the submitter's pod needs a container")
+    command = _at(containers[0], "command", f"{path}[0].command", list, [])
+    args = _at(containers[0], "args", f"{path}[0].args", list, [])
+    if not command:
+        return None
+    if not all(isinstance(a, str) for a in [*command, *args]):
+        raise RayJobError(f"{path}[0]: command and args must be strings")
+    return (*command, *args)
 
 
 def yaml_mapping(text: str) -> dict[str, Any]:

@@ -29,11 +29,15 @@ summary and one `TRAIN {json}` line. Exit status: 0 done, 1 failed (or no slice 
 
 from jobs.train.config import parse_args, parse_config
 
-__all__ = ["REQUIREMENTS", "parse_args", "parse_config"]
+__all__ = ["REQUIREMENTS", "RUN_NAME_FLAG", "parse_args", "parse_config"]
 
 # What the job needs beyond the TPU image (Ray, JAX, optax): Orbax, the tokenizer, safetensors, and
 # gcsfs, through which Orbax reaches gs://. `jobs.submit` adds them to the job's runtime env; pinned
 # as pyproject.toml's [jobs] extra pins them (tests/jobs/test_submit_cli.py checks).
+# The flag that names a run (its checkpoints and goodput ledger): `jobs.submit --print-rayjob` passes
+# the RayJob's name through it unless the job's own arguments name the run, so a RayJob that Kueue
+# evicts and admits again resumes its own run, and two RayJobs of one shape never share one.
+RUN_NAME_FLAG = "--name"
 REQUIREMENTS = ("orbax-checkpoint==0.12.8", "tokenizers==0.23.3", "safetensors==0.8.0", "gcsfs==2026.10.1")
 
 # Modules: config (flags -> TrainConfig), model and data (pure JAX / Ray Data), text (real text and

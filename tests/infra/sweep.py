@@ -137,6 +137,27 @@ def team_environments() -> dict[str, dict]:
             ],
             kueue={"local_queue": "team-a"},
         ),
+        # RayJobs as a team writes them (issue 32): pod memory in decimal units on single-host slices,
+        # a DWS group, and two groups for jobs, with priorities of its own.
+        _team(
+            "team-rayjobs",
+            "us-east5",
+            "us-east5-b",
+            [
+                {
+                    "name": "hosts",
+                    "generation": "v6e",
+                    "topology": "2x2",
+                    "slices": 2,
+                    "rayjob_slices": 2,
+                    "pod_cpu": "150",
+                    "pod_memory": "600G",
+                },
+                {"name": "dws", **v6e, "zone": "us-east5-a", "slices": 2, "capacity": "queued-provisioning", "rayjob_slices": 2},
+                {"name": "v5p", "generation": "v5p", "topology": "2x2x2", "zone": "us-east5-a", "rayjob_slices": 1},
+            ],
+            kueue={"local_queue": "team-jobs", "priorities": {"batch": 10, "deadline": 1000}, "default_priority": "batch"},
+        ),
     ]
     return {e["name"]: e for e in envs}
 

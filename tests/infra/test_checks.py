@@ -55,6 +55,13 @@ def head_pod(**fields) -> Callable[[dict], None]:
     return lambda job: job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"].update(fields)
 
 
+def sidecar(job: dict) -> None:
+    """The job in SidecarMode, as KubeRay takes it there: no submitter template or config."""
+    job["spec"].update(submissionMode="SidecarMode")
+    job["spec"].pop("submitterPodTemplate")
+    job["spec"].pop("submitterConfig")
+
+
 KUBERAY_BREAKS = {
     "validation.go:534": lambda job: job["metadata"].update(name="x" * 48),
     "validation.go:537": lambda job: job["metadata"].update(name="Train_1"),
@@ -62,8 +69,8 @@ KUBERAY_BREAKS = {
     "validation.go:551": spec(ttlSecondsAfterFinished=-1),
     "validation.go:753": spec(shutdownAfterJobFinishes=False),
     "validation.go:564": lambda job: job["spec"].pop("rayClusterSpec"),
-    "validation.go:592,596": spec(submitterPodTemplate={"spec": {"containers": []}}),
-    "validation.go:600": head_pod(restartPolicy="Always"),
+    "validation.go:592,596": spec(submissionMode="SidecarMode"),  # ours carries a submitterPodTemplate and submitterConfig
+    "validation.go:600": lambda job: [sidecar(job), head_pod(restartPolicy="Always")(job)],
     "validation.go:606": cluster(authOptions={"mode": "token", "enableK8sTokenAuth": True}),
     "validation.go:285-297": cluster(rayVersion="2.51.0"),
     "validation.go:125": lambda job: job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0].pop("maxReplicas"),
@@ -90,6 +97,7 @@ KUEUE_BREAKS = {
         [dict(job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0], groupName=f"g{i}") for i in range(17)]
     ),
     "common.go:319": worker(groupName="head"),
+    "workload_types.go:282-286": worker(groupName="tpu_group"),
 }
 
 
@@ -97,6 +105,15 @@ KUEUE_BREAKS = {
 def test_each_kueue_rayjob_rule_refuses_a_copy_broken_its_way(line):
     problems = checks.kueue_rayjob(broken(KUEUE_BREAKS[line]))
     assert any(line in p for p in problems), problems
+
+
+def test_the_tpu_webhooks_names_must_be_dns_labels_of_at_most_63_characters():
+    assert JOB["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["numOfHosts"] == 2  # TPU7x 2x2x2: the webhook names its hosts
+    assert checks.tpu_webhook_names(JOB) == []
+    too_long = broken(worker(groupName="g" * 58))  # + "-" + KubeRay's 5 random characters: 64
+    (problem,) = checks.tpu_webhook_names(too_long)
+    assert problem.startswith(f"worker group {'g' * 58!r}: its hosts' names such as") and "main.go:846-850" in problem
+    assert checks.tpu_webhook_names(broken(worker(groupName="g" * 57))) == []
 
 
 def test_kueue_leaves_a_rayjob_without_a_queue_to_kuberay():

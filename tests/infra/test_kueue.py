@@ -18,7 +18,7 @@ from tests.infra.sweep import team_environments
 from tests.kuberay_schema import errors
 
 REPO = Path(__file__).resolve().parents[2]
-KUEUE_KINDS = {"ResourceFlavor", "ClusterQueue", "LocalQueue", "AdmissionCheck", "ProvisioningRequestConfig"}
+KUEUE_KINDS = {"ResourceFlavor", "ClusterQueue", "LocalQueue", "AdmissionCheck", "ProvisioningRequestConfig", "WorkloadPriorityClass"}
 
 
 def printed(env: str) -> list[dict]:
@@ -41,9 +41,12 @@ def kueue_docs(docs: list[dict]) -> dict[str, list[dict]]:
 
 
 def test_every_printed_kueue_object_is_strictly_valid(prod, kueue_crds, tmp_path):
-    path = tmp_path / "team-queued.yaml"
-    path.write_text(yaml.safe_dump(team_environments()["team-queued"]))
-    for docs in (prod, printed(str(path))):
+    printed_teams = []
+    for team in ("team-queued", "team-rayjobs"):
+        path = tmp_path / f"{team}.yaml"
+        path.write_text(yaml.safe_dump(team_environments()[team]))
+        printed_teams.append(printed(str(path)))
+    for docs in (prod, *printed_teams):
         found = kueue_docs(docs)
         assert set(found) == KUEUE_KINDS
         for kind, objects in found.items():
@@ -69,8 +72,18 @@ def test_quotas_are_the_slices_left_to_rayjobs(prod):
     assert flavors["ray-tpu-prod-v5e-serving"]["google.com/tpu"] == 8
     assert flavors["ray-tpu-prod-ironwood-queued"]["google.com/tpu"] == 16
     assert "ray-tpu-prod-ironwood" not in flavors and "ray-tpu-prod-v6e-multislice" not in flavors  # no RayJob slices
-    # A head per RayJob slice (3): 3 x (4 CPU + the 1-CPU submitter sidecar).
-    assert flavors["ray-tpu-prod-cpu"]["cpu"] == "15"
+    # A head and a submitter per RayJob slice (3): 3 x (4 CPU + 500m) and 3 x (16Gi + 200Mi), exactly.
+    assert (flavors["ray-tpu-prod-cpu"]["cpu"], flavors["ray-tpu-prod-cpu"]["memory"]) == ("13500m", "49752Mi")
+    # v5e-serving's pod asks 300G, and the quota holds exactly that (never rounded down to 279Gi).
+    assert flavors["ray-tpu-prod-v5e-serving"]["memory"] == "300G" and flavors["ray-tpu-prod-v5e-serving"]["cpu"] == "100"
+    assert queue["spec"]["preemption"] == {"withinClusterQueue": "LowerPriority"}
+    taints = {f["metadata"]["name"]: f["spec"].get("nodeTaints") for f in found["ResourceFlavor"]}
+    tpu = {"key": "google.com/tpu", "value": "present", "effect": "NoSchedule"}
+    assert taints["ray-tpu-prod-cpu"] is None and taints["ray-tpu-prod-v5e-serving"] == [tpu]
+    assert taints["ray-tpu-prod-ironwood-queued"] == [tpu, {"key": "cloud.google.com/gke-queued", "value": "true", "effect": "NoSchedule"}]
+    assert not any("tolerations" in f["spec"] for f in found["ResourceFlavor"])  # a flavor's own would cancel its taints
+    classes = {c["metadata"]["name"]: c["value"] for c in found["WorkloadPriorityClass"]}
+    assert classes == {"low": 100, "normal": 1000, "high": 10000}
     by_name = {f["metadata"]["name"]: f["spec"]["nodeLabels"] for f in found["ResourceFlavor"]}
     assert by_name["ray-tpu-prod-ironwood-queued"] == {
         "cloud.google.com/gke-tpu-accelerator": "tpu7x",
@@ -123,6 +136,10 @@ def test_queued_provisioning_needs_kueue_and_every_slice_for_rayjobs():
 
 
 def test_kueue_config_rules():
+    (line,) = problems(kueue={"local_queue": "jobs", "priorities": {"batch": 1}})
+    assert line == "kueue.default_priority: 'normal' is not one of kueue.priorities; valid: batch"
+    (line,) = problems(kueue={"priorities": {"batch": 2**31}, "default_priority": "batch"})
+    assert line.startswith("kueue.priorities.batch: ") and "2147483647" in line  # Kueue's value is an int32
     (line,) = problems(kueue={"local_queue": "default"})
     assert line.startswith("kueue.local_queue: a LocalQueue named `default` takes every workload without a queue-name label")
     data = copy.deepcopy(BASE)

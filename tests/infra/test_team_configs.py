@@ -155,7 +155,8 @@ def test_allocatable_memory_boundary_on_a_ct6e_standard_4t():
     (field,) = rules.requests_fit("ct6e-standard-4t", "1", "678Gi")
     assert field == "pod_memory"
     assert (
-        "use at most " + quantity.memory(machine.allocatable_memory) in rules.requests_fit("ct6e-standard-4t", "1", "678Gi")["pod_memory"]
+        "use at most " + quantity.gib_at_most(machine.allocatable_memory)
+        in rules.requests_fit("ct6e-standard-4t", "1", "678Gi")["pod_memory"]
     )
     # The older reading (10^9-byte GB, no capacity margin) gave 650.3 GiB and refused 670Gi.
     assert 650 * GiB < quantity.parse(BIG_POD_MEMORY) < machine.allocatable_memory

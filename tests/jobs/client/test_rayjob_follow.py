@@ -35,10 +35,10 @@ pytestmark = pytest.mark.skipif(not (REPO.parent / "shared" / "kuberay" / "crds"
 
 @pytest.fixture(scope="module")
 def env_files(tmp_path_factory) -> dict[str, Path]:
-    """`plain`: one v6e 2x2 slice group; `kueue`: the same, its slice for RayJobs queued by Kueue."""
+    """`plain`: one v6e 2x2 slice group for RayJobs; `kueue`: the same, queued by Kueue."""
     directory = tmp_path_factory.mktemp("env")
     configs = {
-        "plain": {**BASE, "slice_groups": [SLICE_GROUP]},
+        "plain": {**BASE, "slice_groups": [{**SLICE_GROUP, "rayjob_slices": 1}]},
         "kueue": {**BASE, "slice_groups": [{**SLICE_GROUP, "rayjob_slices": 1}], "kueue": {"local_queue": "ray-jobs"}},
     }
     for name, config in configs.items():
@@ -46,12 +46,20 @@ def env_files(tmp_path_factory) -> dict[str, Path]:
     return {name: directory / f"{name}.yaml" for name in configs}
 
 
+@pytest.fixture(scope="module")
+def kueue_docs(env_files) -> list[dict[str, Any]]:
+    """Kueue's objects as `python -m infra manifests` prints them for the `kueue` environment."""
+    cmd = [sys.executable, "-m", "infra", "manifests", "--env", str(env_files["kueue"])]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120, check=True)
+    return [d for d in yaml.safe_load_all(proc.stdout) if d["apiVersion"].startswith("kueue.x-k8s.io/")]
+
+
 @pytest.fixture
-def fake(tmp_path, monkeypatch) -> Iterator[FakeKube]:
+def fake(tmp_path, monkeypatch, kueue_docs) -> Iterator[FakeKube]:
     """The fake API server, this process's kubectl pointed at it; its runs stopped afterwards."""
     if not kubectl_installed():
         pytest.skip("kubectl is not installed")
-    with serve(FakeKube(admit_after_s=3.0)) as kube:
+    with serve(FakeKube(admit_after_s=3.0, kueue_docs=kueue_docs)) as kube:
         monkeypatch.setenv("KUBECONFIG", str(kube.kubeconfig(tmp_path)))
         monkeypatch.setenv("HOME", str(tmp_path))  # kubectl's discovery cache goes here
         yield kube

@@ -17,6 +17,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+import yaml
 
 from jobs import REPO_ROOT, local
 from tests import kuberay_schema
@@ -115,7 +116,8 @@ def test_a_healthcheck_rayjob_completes_with_kuberays_transitions(state_dir, tmp
             assert kuberay_schema.errors(CRDS, {**rayjob("hc"), "status": status}) == [], status
 
     logs = log_file.read_text()
-    assert '"ok": true' in logs and logs in done.stdout  # the same logs, streamed to both
+    assert '"ok": true' in logs and "[submitter] submitted job hc-" in logs  # the submitter's log: the job's own in it
+    assert all(line in done.stdout for line in logs.splitlines())  # streamed to both (KubeRay's lines between them)
     assert_nothing_left(state_dir)
 
 
@@ -162,7 +164,9 @@ def test_a_short_train_rayjob_as_printed_succeeds(state_dir, tmp_path):
 @pytest.mark.slow
 def test_a_failed_job_leaves_its_cluster_up_when_shutdown_after_job_finishes_is_false(state_dir, tmp_path):
     job = write(
-        tmp_path / "bad.yaml", rayjob("bad", "python -c \"import sys; print('boom'); sys.exit(3)\"", shutdownAfterJobFinishes=False)
+        tmp_path / "bad.yaml",
+        # K8sJobMode with KubeRay's own submitter: `ray job logs --follow` ends with the job, and KubeRay reads its result.
+        rayjob("bad", "python -c \"import sys; print('boom'); sys.exit(3)\"", shutdownAfterJobFinishes=False, submissionMode="K8sJobMode"),
     )
     done = run(state_dir, job)
     assert done.returncode == 1, done.stdout + done.stderr
@@ -192,3 +196,129 @@ def test_ctrl_c_stops_the_job_and_tears_down(state_dir, tmp_path):
     assert proc.returncode == 130, out
     assert "[rayjob] int: interrupted; job int-" in out and "RayCluster int-" in out  # torn down all the same
     assert_nothing_left(state_dir, marker)
+
+
+def sleeping(path: Path, marker: str, seconds: int = 20, mode: str | None = None) -> Path:
+    """The printed RayJob at `path` with its job replaced by one that prints, sleeps and prints again
+    (in its entrypoint and in its submitter's arguments, where the printed job carries both); in
+    `mode` KubeRay's own way when given (no submitter template)."""
+    docs = list(yaml.safe_load_all(path.read_text()))
+    job = docs[-1]
+    entrypoint = (
+        f"python -c \"import time; print('before {marker}', flush=True); time.sleep({seconds}); print('after {marker}', flush=True)\""
+    )
+    job["spec"]["entrypoint"] = entrypoint
+    job["spec"]["submitterPodTemplate"]["spec"]["containers"][0]["args"][1] = entrypoint
+    if mode is not None:
+        job["spec"].update(submissionMode=mode)
+        job["spec"].pop("submitterPodTemplate")
+        job["spec"].pop("submitterConfig")
+    out = path.with_name(f"{path.stem}-{mode or 'ours'}.yaml")
+    out.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    return out
+
+
+def drop_streams_while_it_runs(state_dir: Path, job: Path, marker: str, drops: int = 2) -> subprocess.CompletedProcess:
+    """Run the RayJob; once its job printed its first line, reset the submitter's connections to the
+    head (SIGUSR2 to `jobs.local rayjob`) `drops` times, a few seconds apart."""
+    log = state_dir.parent / f"{state_dir.name}.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            command(state_dir, job, "--log-file", str(log) + ".job"), cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT, text=True
+        )
+    try:
+        deadline = time.monotonic() + 150
+        while f"\nbefore {marker}" not in log.read_text() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.5)
+        for _ in range(drops):
+            proc.send_signal(signal.SIGUSR2)
+            time.sleep(3)
+        proc.wait(timeout=150)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, log.read_text(), "")
+
+
+def test_a_dropped_log_stream_does_not_fail_a_running_job(state_dir, tmp_path):
+    marker = f"drop-{uuid.uuid4().hex[:8]}"
+    job = sleeping(printed_rayjob(tmp_path, "healthcheck", "dr"), marker)
+    done = drop_streams_while_it_runs(state_dir, job, marker)
+    out = done.stdout
+    assert done.returncode == 0, out
+    assert out.count("the network between the submitter and the head drops") == 2
+    assert "[submitter] its log stream broke" in out and "following it again" in out
+    assert transitions(out, "dr") == ["Initializing", "Running", "Complete"] and "Failed" not in out
+    assert out.count(f"\nafter {marker}") == 1 and out.count(f"\nbefore {marker}") == 1  # followed again, nothing printed twice
+    assert_nothing_left(state_dir, marker)
+
+
+@pytest.mark.slow
+def test_sidecar_modes_submitter_fails_the_job_on_a_dropped_stream(state_dir, tmp_path):
+    """Why not SidecarMode (infra.kube_facts "submission-mode"): KubeRay's sidecar is one blocking
+    `ray job submit`, whose broken stream fails the RayJob and deletes the cluster under the job."""
+    marker = f"side-{uuid.uuid4().hex[:8]}"
+    job = sleeping(printed_rayjob(tmp_path, "healthcheck", "sd"), marker, mode="SidecarMode")
+    done = drop_streams_while_it_runs(state_dir, job, marker, drops=1)
+    assert done.returncode == 1, done.stdout
+    assert "Failed (SubmissionFailed): the submitter failed (exit 1) while job sd-" in done.stdout
+    assert f"\nafter {marker}" not in done.stdout
+    assert_nothing_left(state_dir, marker)
+
+
+@pytest.mark.slow
+def test_an_evicted_train_rayjob_resumes_its_run_from_its_checkpoint(state_dir, tmp_path):
+    storage = tmp_path / "runs"
+    job = printed_rayjob(
+        tmp_path, "train", "tr-ev", "--steps", "30", "--checkpoint-every", "5", "--reserve-timeout", "120", "--storage", str(storage)
+    )
+    log = tmp_path / "out.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(command(state_dir, job), cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 300
+        while not any(
+            p.name.startswith("checkpoint_step_") and p.name[16:].isdigit() for p in (storage / "tr-ev").glob("checkpoint_step_*")
+        ):
+            assert time.monotonic() < deadline and proc.poll() is None, log.read_text()[-3000:]
+            time.sleep(1)
+        evicted = subprocess.run(
+            [sys.executable, "-m", "jobs.local", "preempt", "--state-dir", str(state_dir)],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=150,
+        )
+        assert evicted.returncode == 0, evicted.stdout + evicted.stderr
+        assert evicted.stdout.startswith("[local] evicted RayJob tr-ev: Suspended, its cluster deleted")
+        proc.wait(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    out = log.read_text()
+    assert proc.returncode == 0, out[-4000:]
+    assert transitions(out, "tr-ev") == ["Initializing", "Running", "Initializing", "Running", "Complete"]
+    assert "Suspending: evicted by Kueue" in out and "Suspended: its cluster is gone" in out
+    events = [json.loads(line) for line in (storage / "tr-ev" / "goodput.jsonl").read_text().splitlines()]
+    starts = [e["attempt"] for e in events if e["event"] == "attempt_start"]
+    restored = [e for e in events if e["event"] == "restored"]
+    assert len(starts) >= 2 and starts == sorted(starts), events  # the first cluster's, then the re-admitted one's
+    assert restored and restored[-1]["step"] > 0 and restored[-1]["attempt"] == starts[-1]
+    summary = json.loads(next(line for line in out.splitlines() if line.startswith("TRAIN {"))[6:])
+    assert summary["steps"] == 30 and summary["start_step"] == restored[-1]["step"]
+    assert_nothing_left(state_dir)
+
+
+def test_preempt_with_no_rayjob_running_says_so(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "jobs.local", "preempt", "--state-dir", str(tmp_path)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert (
+        proc.stderr.strip()
+        == f"[local] error: no RayJob is running from {tmp_path}; `python -m jobs.local rayjob FILE --state-dir {tmp_path}` runs one"
+    )
