@@ -125,8 +125,9 @@ SUBMIT_TIMEOUT ?= 3600
 submit: setup ## submit JOB (healthcheck, train) to ENV's RayCluster, or RAY_ADDRESS; ARGS="..." go to the job
 	$(PY) -m jobs.submit $(JOB) --env $(ENV) $(TPU_IMAGE_ARG) -- $(ARGS)
 
-rayjob: credentials ## run JOB as a RayJob of its own on ENV (queued by Kueue where the config has it): apply, follow, exit with the job's status; ARGS go to the job
-	$(PY) -m jobs.submit $(JOB) --env $(ENV) $(TPU_IMAGE_ARG) --rayjob --timeout $(SUBMIT_TIMEOUT) -- $(ARGS)
+PRIORITY ?=
+rayjob: credentials ## run JOB as a RayJob of its own on ENV (queued by Kueue where the config has it, at PRIORITY): apply, follow, exit with the job's status; ARGS go to the job
+	$(PY) -m jobs.submit $(JOB) --env $(ENV) $(TPU_IMAGE_ARG) $(if $(PRIORITY),--priority $(PRIORITY)) --rayjob --timeout $(SUBMIT_TIMEOUT) -- $(ARGS)
 
 # Kueue is not a GKE add-on: installed once per cluster from its pinned release (server-side apply:
 # its CRDs are too large for the client-side annotation), then the environment's queues.

@@ -31,10 +31,13 @@ class CrdField:
     since: str
 
 
-# The RayJob fields `--print-rayjob` uses beyond a RayCluster's (KubeRay git history: SidecarMode
-# #3971 and deletionStrategy in v1.5.0, authOptions in a RayJob's rayClusterSpec v1.5.1,
+# The RayJob fields `--print-rayjob` uses beyond a RayCluster's (KubeRay git history:
+# submitterPodTemplate in v1.1.0's API, submitterConfig #2091 in v1.2.0, submissionMode (SidecarMode
+# #3971) and deletionStrategy in v1.5.0, authOptions in a RayJob's rayClusterSpec v1.5.1,
 # preRunningDeadlineSeconds #4525 in v1.6.0).
 RAYJOB_FIELDS = (
+    CrdField(RAYJOB_CRD, "v1", "submitterPodTemplate", "KubeRay 1.1.0"),
+    CrdField(RAYJOB_CRD, "v1", "submitterConfig.backoffLimit", "KubeRay 1.2.0"),
     CrdField(RAYJOB_CRD, "v1", "submissionMode", "KubeRay 1.5.0 (SidecarMode)"),
     CrdField(RAYJOB_CRD, "v1", "rayClusterSpec.authOptions.mode", "KubeRay 1.5.1"),
     CrdField(RAYJOB_CRD, "v1", "preRunningDeadlineSeconds", "KubeRay 1.6.0"),
@@ -44,6 +47,8 @@ KUEUE_FIELDS = (
     CrdField("clusterqueues.kueue.x-k8s.io", "v1beta2", "admissionChecksStrategy", "Kueue v1beta2"),
     CrdField("localqueues.kueue.x-k8s.io", "v1beta2", "clusterQueue", "Kueue v1beta2"),
     CrdField("resourceflavors.kueue.x-k8s.io", "v1beta2", "nodeLabels", "Kueue v1beta2"),
+    CrdField("resourceflavors.kueue.x-k8s.io", "v1beta2", "nodeTaints", "Kueue v1beta2"),
+    CrdField("clusterqueues.kueue.x-k8s.io", "v1beta2", "preemption.withinClusterQueue", "Kueue v1beta2"),
 )
 QUEUED_FIELDS = (CrdField("provisioningrequestconfigs.kueue.x-k8s.io", "v1beta2", "managedResources", "Kueue v1beta2"),)
 

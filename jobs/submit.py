@@ -26,6 +26,7 @@ import contextlib
 import os
 import shlex
 import sys
+from pathlib import Path
 
 from infra.config import ConfigError, Environment, SliceGroup, environment_names, load_environment
 from infra.images import is_project_tpu_image
@@ -209,7 +210,7 @@ def queue_objects(env: Environment, path: str | None) -> list[dict]:
     import yaml
 
     try:
-        docs = [d for d in yaml.safe_load_all(open(path, encoding="utf-8")) if isinstance(d, dict)]
+        docs = [d for d in yaml.safe_load_all(Path(path).read_text(encoding="utf-8")) if isinstance(d, dict)]
     except (OSError, yaml.YAMLError) as err:
         raise RayJobError(f"--kueue-objects: cannot read {path}: {' '.join(str(getattr(err, 'strerror', None) or err).split())}") from None
     docs = [item for d in docs for item in (d.get("items") or [] if d.get("kind", "").endswith("List") else [d])]

@@ -27,6 +27,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -158,6 +159,8 @@ class FakeKube:
     kueue_docs: list[dict[str, Any]] = field(default_factory=list)  # `python -m infra manifests`' Kueue objects
     kueue: FakeKueue | None = None
     evicted: set[str] = field(default_factory=set)  # uids of RayJobs Kueue evicted, until admitted again
+    evictions: list[str] = field(default_factory=list)  # the names of the RayJobs Kueue evicted, in order
+    errors: list[str] = field(default_factory=list)  # tracebacks of the fake operators' own failures
     # KubeRay's part: what runs an admitted RayJob (its file and flags appended); None runs nothing.
     rayjob_command: list[str] | None = field(default_factory=lambda: [sys.executable, "-m", "jobs.local", "rayjob"])
     objects: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)  # (resource, namespace, name) -> object
@@ -324,7 +327,7 @@ class FakeKube:
     def schedule(self) -> None:
         """One pass of Kueue's scheduler over the queued RayJobs."""
         with self.lock:
-            self.queued().schedule(self._admit, self._evict, self._stopped)
+            self.queued().schedule(self._admit, self._evict, self._stopped, self._finished)
 
     def _admit(self, job: dict[str, Any]) -> None:
         job["spec"]["suspend"] = False
@@ -337,9 +340,14 @@ class FakeKube:
         job["spec"]["suspend"] = True
         uid = job["metadata"]["uid"]
         self.evicted.add(uid)
+        self.evictions.append(job["metadata"]["name"])
         run = self.runs.get(uid)
         if run is not None:
             self._background(run.stop)
+
+    def _finished(self, uid: str) -> bool:
+        run = self.runs.get(uid)
+        return run is not None and uid not in self.evicted and run.status().get("jobDeploymentStatus") in TERMINAL
 
     def _stopped(self, uid: str) -> bool:
         run = self.runs.get(uid)
@@ -487,9 +495,13 @@ def serve(kube: FakeKube) -> Iterator[FakeKube]:
     thread.start()
     stopping = threading.Event()
 
-    def scheduler() -> None:  # Kueue's scheduling loop
+    def scheduler() -> None:  # Kueue's scheduling loop; an error of the fake's own is kept for the test to see
         while not stopping.wait(0.5):
-            kube.schedule()
+            try:
+                kube.schedule()
+            except Exception:
+                kube.errors.append(traceback.format_exc())
+                raise
 
     threading.Thread(target=scheduler, daemon=True).start()
     kube.url = f"http://127.0.0.1:{server.server_address[1]}"

@@ -33,7 +33,7 @@ class Queued:
     job: dict[str, Any]
     priority: int | None  # None: its priority class does not exist (no Workload)
     created: float
-    state: str = "pending"  # pending, admitted, evicting
+    state: str = "pending"  # pending, admitted, evicting, finished
     message: str = "the fake Kueue holds it for a moment before admitting it"
     admitted_at: float = 0.0
     usage: dict[tuple[str, str], int] = field(default_factory=dict)
@@ -62,11 +62,19 @@ class FakeKueue:
         self.jobs.pop(uid, None)
 
     def schedule(
-        self, start: Callable[[dict[str, Any]], None], evict: Callable[[dict[str, Any]], None], stopped: Callable[[str], bool]
+        self,
+        start: Callable[[dict[str, Any]], None],
+        evict: Callable[[dict[str, Any]], None],
+        stopped: Callable[[str], bool],
+        finished: Callable[[str], bool],
     ) -> None:
-        """One pass of Kueue's scheduler: evicted workloads whose run stopped give their quota back;
-        then each pending workload, in order, is admitted, left pending or makes room by preemption."""
+        """One pass of Kueue's scheduler: a finished RayJob's workload gives its quota back (Kueue
+        frees it when the job ends, not when KubeRay deletes its cluster), and so does an evicted one
+        once its run stopped; then each pending workload, in order, is admitted, left pending or
+        makes room by preemption."""
         for queued in self.jobs.values():
+            if queued.state == "admitted" and finished(queued.uid):
+                queued.state, queued.usage, queued.message = "finished", {}, "Job finished successfully"
             if queued.state == "evicting" and stopped(queued.uid):
                 queued.state, queued.usage, queued.created = "pending", {}, time.monotonic()
                 queued.message = "Preempted to accommodate a higher priority Workload; pending again"
@@ -79,7 +87,9 @@ class FakeKueue:
             if (queued.job["metadata"].get("labels") or {}).get(QUEUE_LABEL) not in self.local_queues:
                 queued.message = f"LocalQueue {queued.job['metadata']['labels'][QUEUE_LABEL]} doesn't exist"
                 continue
-            admitted = [Admitted(q.uid, q.priority or 0, q.admitted_at, q.usage) for q in self.jobs.values() if q.state != "pending"]
+            admitted = [
+                Admitted(q.uid, q.priority or 0, q.admitted_at, q.usage) for q in self.jobs.values() if q.state in ("admitted", "evicting")
+            ]
             podsets = pod_sets(queued.job)
             verdict = assign(podsets, self.queue, self.flavors, total_usage(admitted))
             if verdict.fits:

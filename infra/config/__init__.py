@@ -4,9 +4,10 @@ RayCluster and the jobs' defaults, so they cannot disagree.
 Validation happens before anything is built or written. A bad file raises `ConfigError`, whose
 message has one line per bad field, each naming the field and what would be valid.
 
-Modules: `fields` (the field types and their help), `schema` (the models), `defaults` (what a field
-left out becomes, derived from the catalog and the platform facts), `platform` (the platform's rules
-over a whole environment), `errors` (ConfigError and pydantic's errors as lines); loading is here.
+Modules: `fields` (the field types and their help), `schema` (the environment's model, and the
+names of its sections' models: `network`, `slice_groups`, `ray`, `serving`, `kueue`), `platform`
+(the platform's rules over a whole environment), `errors` (ConfigError and pydantic's errors as
+lines); loading is here.
 """
 
 from __future__ import annotations

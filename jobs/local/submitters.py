@@ -68,14 +68,9 @@ class SubmitterJob:
         self.command, self.backoff_limit, self.retried = command, backoff_limit, retried
         self.write, self.note = write, note
         env = clean_base_env()
-        env.update(
-            RAY_DASHBOARD_ADDRESS=address,
-            RAY_JOB_SUBMISSION_ID=job_id,
-            PYTHONUNBUFFERED="1",
-            RAY_AUTH_MODE="token",
-            RAY_AUTH_TOKEN=Path(state_dir, TOKEN_FILE).read_text().strip(),
-            RAY_USAGE_STATS_ENABLED="0",
-        )
+        env.update(RAY_DASHBOARD_ADDRESS=address, RAY_JOB_SUBMISSION_ID=job_id, PYTHONUNBUFFERED="1", RAY_USAGE_STATS_ENABLED="0")
+        # The cluster's token, as KubeRay puts it in the submitter's env from the RayCluster's Secret.
+        env["RAY_AUTH_MODE"], env["RAY_AUTH_TOKEN"] = "token", Path(state_dir, TOKEN_FILE).read_text().strip()
         self.env = env
         self.failures = 0
         self.proc: subprocess.Popen | None = None

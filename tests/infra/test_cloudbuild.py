@@ -132,12 +132,12 @@ def test_the_rayjob_build_runs_make_rayjob_with_every_substitution_declared():
     (stage,) = build["steps"]
     assert make_targets(stage) == ["rayjob"]
     proc = subprocess.run(
-        ["make", "-n", "rayjob", "JOB=train", "TPU_IMAGE=ref@sha256:t", "ARGS=--steps 5"],
+        ["make", "-n", "rayjob", "JOB=train", "TPU_IMAGE=ref@sha256:t", "PRIORITY=high", "ARGS=--steps 5"],
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=60,
     )
-    assert proc.returncode == 0 and "-m jobs.submit train --env dev --tpu-image ref@sha256:t --rayjob" in proc.stdout, (
+    assert proc.returncode == 0 and "-m jobs.submit train --env dev --tpu-image ref@sha256:t --priority high --rayjob" in proc.stdout, (
         proc.stdout + proc.stderr
     )

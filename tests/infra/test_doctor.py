@@ -460,7 +460,7 @@ def test_the_rayjob_and_kueue_crds_are_checked_for_the_fields_we_print():
     assert not kuberay_crd.knows_field(older, field)
     v1beta1_only = copy.deepcopy(crds["clusterqueues.kueue.x-k8s.io"])  # a Kueue before v1beta2
     v1beta1_only["spec"]["versions"] = [v for v in v1beta1_only["spec"]["versions"] if v["name"] == "v1beta1"]
-    (field,) = [f for f in fields if f.crd == "clusterqueues.kueue.x-k8s.io"]
+    (field,) = [f for f in fields if f.crd == "clusterqueues.kueue.x-k8s.io" and f.field == "admissionChecksStrategy"]
     assert not kuberay_crd.knows_field(v1beta1_only, field)
 
 

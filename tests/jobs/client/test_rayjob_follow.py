@@ -311,3 +311,48 @@ def test_ctrl_c_while_running_deletes_the_rayjob_and_exits_130(fake, env_files):
     assert fake.wait_for_runs(120) == []
     assert "interrupted; job " in the_run(fake).output()  # KubeRay's side stopped the Ray job
     assert not [pid for pid in pids if group_alive(pid)], "simulated nodes left running"
+
+
+@pytest.mark.cluster
+@pytest.mark.slow  # three simulated clusters one after another
+def test_a_higher_priority_job_preempts_a_running_one_which_runs_again_after(fake, env_files, tmp_path):
+    """The queue holds one slice: a `low` job runs; a `high` one arrives, Kueue evicts `low` for it (its
+    RayJob Suspended, its cluster deleted), runs `high` to the end, then admits `low` again."""
+    docs = printed_docs(env_files["kueue"], "--name", "low-1", "--priority", "low")
+    job = docs[-1]
+    entrypoint = "python -c \"import time; print('low starts', flush=True); time.sleep(40); print('low ends', flush=True)\""
+    job["spec"]["entrypoint"] = entrypoint
+    job["spec"]["submitterPodTemplate"]["spec"]["containers"][0]["args"][1] = entrypoint
+    applied = subprocess.run(["kubectl", "apply", "-f", "-"], input=yaml.safe_dump_all(docs), capture_output=True, text=True, timeout=60)
+    assert applied.returncode == 0, applied.stderr
+    deadline = time.monotonic() + 240
+    while "RUNNING" not in str(fake.answer("/apis/ray.io/v1/namespaces/default/rayjobs/low-1")[1].get("status", {}).get("jobStatus")):
+        status = fake.answer("/apis/ray.io/v1/namespaces/default/rayjobs/low-1")[1].get("status")
+        assert time.monotonic() < deadline and not fake.errors, (fake.errors, status, [r.output()[-2000:] for r in fake.runs.values()])
+        time.sleep(1)
+    high = subprocess.run(
+        submit_cmd(env_files["kueue"], "--name", "high-1", "--priority", "high", "--timeout", "400"),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=500,
+    )
+    assert high.returncode == 0, high.stdout + high.stderr
+    assert fake.evictions == ["low-1"]
+    assert in_order(
+        high.stdout,
+        "rayjob high-1: queued: Kueue holds it in LocalQueue ray-jobs",
+        "rayjob high-1: admitted by Kueue (LocalQueue ray-jobs)",
+        "healthcheck PASSED",
+        "rayjob high-1: Complete: job high-1-",
+    ), high.stdout
+    deadline = time.monotonic() + 300
+    while fake.answer("/apis/ray.io/v1/namespaces/default/rayjobs/low-1")[1].get("status", {}).get("jobDeploymentStatus") != "Complete":
+        assert time.monotonic() < deadline and not fake.errors, (
+            fake.errors,
+            fake.answer("/apis/ray.io/v1/namespaces/default/rayjobs/low-1")[1],
+        )
+        time.sleep(2)
+    low = next(r for r in fake.runs.values() if r.status().get("rayClusterName", "").startswith("low-1-"))
+    assert "low ends" in low.log_path().read_text()
+    assert fake.wait_for_runs(120) == []
