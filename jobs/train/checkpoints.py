@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobs.runtime import storage
+from jobs.train.model import same_model
 
 STEP_PREFIX = "checkpoint_step"
 STEP_DIGITS = 9  # zero-padded, so names sort by step
@@ -134,7 +135,7 @@ def restore_newest(
             meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
         except Exception as err:  # Orbax and TensorStore raise many kinds; the reason is logged
             meta, problem = None, f"its meta does not read back ({_reason(err)})"
-        if meta is not None and meta.get("model") != dict(model):
+        if meta is not None and not same_model(meta.get("model") or {}, dict(model)):
             raise ModelMismatchError(
                 f"the checkpoint {where} is of another model ({meta.get('model')}; this run: {dict(model)}); "
                 "pass another --name to start a new run"

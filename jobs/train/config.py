@@ -13,7 +13,9 @@ from jobs import cli
 from jobs.runtime import compile_cache, storage
 from jobs.runtime.reruns import RetryBudget
 from jobs.train import hf, hf_import, text
+from jobs.train.attention import IMPLEMENTATIONS
 from jobs.train.model import PRESETS, ModelConfig, param_count, with_overrides
+from jobs.train.remat import POLICIES
 
 STORAGE_ENV = "JOBS_STORAGE_PATH"
 # A step (or a batch, or a checkpoint) that takes this long is a hang. The first step includes
@@ -204,6 +206,19 @@ def _parser() -> cli.JobArgumentParser:
     m.add_argument("--kv-heads", type=cli.positive_int, default=None, help="key/value heads (grouped-query attention)")
     m.add_argument("--d-ff", type=cli.positive_int, default=None, help="MLP width (default: the preset's ratio to d-model)")
     m.add_argument("--vocab", type=cli.positive_int, default=None)
+    m.add_argument(
+        "--attention",
+        choices=IMPLEMENTATIONS,
+        default=None,
+        help="attention: splash on TPU, cuDNN on GPU, XLA elsewhere with auto (the default); jobs/train/attention.py",
+    )
+    m.add_argument(
+        "--remat",
+        choices=POLICIES,
+        default=None,
+        metavar="POLICY",
+        help=f"what each layer keeps for the backward pass: {', '.join(POLICIES)} (default: the preset's; jobs/train/remat.py)",
+    )
     return p
 
 
@@ -287,6 +302,7 @@ def parse_config(
         except ValueError as err:
             flag = "--kv-heads" if "n_kv_heads" in str(err) else "--heads"
             parser.error(f"argument {flag}: {err}")
+    model = replace(model, attention=args.attention or model.attention, remat=args.remat or model.remat)
     tokenizer = args.tokenizer or (str(text.TOKENIZER) if args.data else "")
     if args.init_from and not args.tokenizer and read_files:  # the model's own tokenizer, never the shipped one
         own = storage.join(args.init_from, hf_import.TOKENIZER_FILE)

@@ -3,23 +3,47 @@
 Pre-norm blocks: RMSNorm, grouped-query attention with rotary positions (the rotate-half layout
 Hugging Face's `LlamaForCausalLM` uses, so the weights export as they are), a SwiGLU MLP, and an
 untied output head: the architecture vLLM and Hugging Face serve. Layers are stacked on a leading
-axis and run with `lax.scan`, so compile time does not grow with depth. Parameters are float32;
-matmuls run in `compute_dtype` (bfloat16 on TPU).
+axis and run with `lax.scan`, so compile time does not grow with depth. Parameters are float32,
+cast once to `compute_dtype` (bfloat16 on TPU and GPU) before the scan. Attention is the platform's
+fused kernel where there is one (jobs.train.attention), what each layer keeps for the backward pass
+a named policy (jobs.train.remat), and the loss never holds the logits whole (jobs.train.xent).
+Under a mesh (`jax.set_mesh`) the activations are constrained to the batch's sharding, so that XLA
+moves the FSDP weights (all-gathers, reduce-scatters), never the activations.
 
 Plain pytrees, not Flax NNX: the parameters are a dict whose leaves map one to one onto the
 Hugging Face tensor names (an export is a rename and a transpose), sharding specs are a `tree.map`
 over the same dict, and the job needs no framework beyond JAX and optax.
 
 JAX is imported inside the functions that need it: the job's driver uses `ModelConfig` and the
-FLOP arithmetic only, and should not pay for importing JAX.
+FLOP arithmetic only, and should not pay for importing JAX. The sibling modules it uses need only
+JAX and NumPy, and load by path where this file was loaded by path (bench/gpu_mfu.py).
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
+import sys
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+
+def _sibling(name: str) -> Any:
+    """jobs.train.<name>, or the file beside this one when this one was loaded by path."""
+    if __package__:
+        return importlib.import_module(f"{__package__}.{name}")
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
+        assert spec and spec.loader
+        sys.modules[name] = module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+attention_lib, remat_lib, xent_lib = _sibling("attention"), _sibling("remat"), _sibling("xent")
 
 if TYPE_CHECKING:  # for annotations only: importing JAX costs the driver seconds
     import jax
@@ -54,11 +78,20 @@ class ModelConfig:
     rope_low_freq_factor: float = 1.0
     rope_high_freq_factor: float = 4.0
     rope_original_max_positions: int = 0
-    # Recompute each layer's activations in the backward pass instead of keeping them: the big
-    # presets' activations would not fit in HBM otherwise (jax.checkpoint; ~1/3 more compute).
-    remat: bool = False
+    # What each layer keeps for the backward pass (jobs.train.remat.POLICIES; a bool from before
+    # the policies had names: true is `full`). Left out of a checkpoint's model comparison.
+    remat: str = "none"
+    # The attention implementation (jobs.train.attention.IMPLEMENTATIONS). Left out of a
+    # checkpoint's model comparison too: neither changes the parameters.
+    attention: str = "auto"
 
     def __post_init__(self):
+        if isinstance(self.remat, bool):
+            object.__setattr__(self, "remat", "full" if self.remat else "none")
+        if self.remat not in remat_lib.POLICIES:
+            raise ValueError(f"remat {self.remat!r} is not a policy; valid: {', '.join(remat_lib.POLICIES)}")
+        if self.attention not in attention_lib.IMPLEMENTATIONS:
+            raise ValueError(f"attention {self.attention!r} is not one of {', '.join(attention_lib.IMPLEMENTATIONS)}")
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model ({self.d_model}) must be a multiple of n_heads ({self.n_heads})")
         if self.n_heads % self.n_kv_heads:
@@ -81,24 +114,35 @@ class ModelConfig:
 
 
 ROPE_SCALING_FIELDS = ("rope_factor", "rope_low_freq_factor", "rope_high_freq_factor", "rope_original_max_positions")
+# How the step computes, not what it computes: a checkpoint's model comparison leaves them out.
+COMPUTE_FIELDS = ("remat", "attention")
+
+
+def same_model(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two `to_dict()`s (a checkpoint's and a run's) are one model, whatever computes it (pure)."""
+    return {k: v for k, v in a.items() if k not in COMPUTE_FIELDS} == {k: v for k, v in b.items() if k not in COMPUTE_FIELDS}
 
 
 # Size presets (`jobs.train --preset NAME`; the shape flags override them). `tiny` trains in seconds
 # on 2 CPU cores, with a head dimension of 64 (one vLLM's CPU attention takes); the others are the
-# shapes of GPT-3 Small / Llama-3.2-1B / Llama-3-8B (their config.json), for TPU slices.
+# shapes of GPT-3 Small / Llama-3.2-1B / Llama-3-8B (their config.json), for TPU slices. Each one's
+# remat policy is the least recompute whose saved tensors fit its slice (REMAT_REFERENCE, checked in
+# tests/jobs/train/test_model_pure.py from `remat.saved_bytes_per_token`).
 PRESETS: dict[str, ModelConfig] = {
     "tiny": ModelConfig(),
-    "125m": ModelConfig(vocab=32_000, seq_len=2048, d_model=768, n_layers=12, n_heads=12, n_kv_heads=12, d_ff=2048),
+    "125m": ModelConfig(vocab=32_000, seq_len=2048, d_model=768, n_layers=12, n_heads=12, n_kv_heads=12, d_ff=2048, remat="minimal"),
     "1b": ModelConfig(
-        vocab=128_256, seq_len=2048, d_model=2048, n_layers=16, n_heads=32, n_kv_heads=8, d_ff=8192, rope_theta=500_000.0, remat=True
+        vocab=128_256, seq_len=2048, d_model=2048, n_layers=16, n_heads=32, n_kv_heads=8, d_ff=8192, rope_theta=500_000.0, remat="minimal"
     ),
     "8b": ModelConfig(
-        vocab=128_256, seq_len=8192, d_model=4096, n_layers=32, n_heads=32, n_kv_heads=8, d_ff=14_336, rope_theta=500_000.0, remat=True
+        vocab=128_256, seq_len=8192, d_model=4096, n_layers=32, n_heads=32, n_kv_heads=8, d_ff=14_336, rope_theta=500_000.0, remat="full"
     ),
 }
+# The slice and sequences per chip each preset's remat default is sized for: (generation, topology, batch per chip).
+REMAT_REFERENCE = {"125m": ("v6e", "2x2", 8), "1b": ("v6e", "2x2", 4), "8b": ("v6e", "4x4", 1)}
 
 
-def with_overrides(preset: ModelConfig, **given: int | None) -> ModelConfig:
+def with_overrides(preset: ModelConfig, **given: int | str | None) -> ModelConfig:
     """The preset with the shape flags that were given; a new d_model keeps the preset's MLP ratio
     unless d_ff is given too, and new heads keep its grouping where they can (pure)."""
     changes: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
@@ -138,14 +182,27 @@ def param_count(cfg: ModelConfig) -> int:
     return int(sum(np.prod(s) for s in leaves))
 
 
-def flops_per_token(cfg: ModelConfig) -> float:
-    """Training FLOPs per token, the PaLM way: 6 x matmul parameters (forward 2, backward 4; the
-    output head counts, the embedding lookup does not) + 12 x layers x attention width x seq_len
-    for the attention scores and their use (pure)."""
+def _matmul_params(cfg: ModelConfig) -> int:
+    """Parameters that multiply: every layer's projections and the output head; not the embedding,
+    which is a lookup (pure)."""
     d, f, layers, hd = cfg.d_model, cfg.d_ff, cfg.n_layers, cfg.head_dim
     q, kv = cfg.n_heads * hd, cfg.n_kv_heads * hd
-    matmul_params = layers * (d * q + 2 * d * kv + q * d + 3 * d * f) + d * cfg.vocab
-    return 6.0 * matmul_params + 12.0 * layers * q * cfg.seq_len
+    return layers * (d * q + 2 * d * kv + q * d + 3 * d * f) + d * cfg.vocab
+
+
+def flops_per_token(cfg: ModelConfig) -> float:
+    """Training FLOPs per token at MaxText's count (its maxtext_utils `calculate_tflops_training_per_device`,
+    `docs/reference/performance_metrics.md`): 6 x matmul parameters (forward 2, backward 4; the output
+    head counts, the embedding lookup does not) + 6 x layers x seq_len x heads x head_dim for the
+    attention scores and their use, half of the non-causal 12 since a causal step computes half the
+    scores (MaxText PR #1988) (pure)."""
+    return 6.0 * _matmul_params(cfg) + 6.0 * cfg.n_layers * cfg.seq_len * cfg.n_heads * cfg.head_dim
+
+
+def flops_per_token_noncausal(cfg: ModelConfig) -> float:
+    """The count before MaxText's: PaLM's, with every attention score counted (12 x layers x seq_len
+    x attention width); what the bench printed before, beside the other (pure)."""
+    return 6.0 * _matmul_params(cfg) + 12.0 * cfg.n_layers * cfg.seq_len * cfg.n_heads * cfg.head_dim
 
 
 def init_params(cfg: ModelConfig, seed: int) -> Params:
@@ -229,39 +286,63 @@ def apply_rope(x, cos, sin):
     return (x.astype(jnp.float32) * cos[:, None, :] + rotated.astype(jnp.float32) * sin[:, None, :]).astype(x.dtype)
 
 
-def forward(params: Params, tokens: jax.Array, cfg: ModelConfig, compute_dtype=None) -> jax.Array:
-    """Logits [batch, seq, vocab] (float32) for int tokens [batch, seq]; matmuls in `compute_dtype`
-    (default float32)."""
+def constrain(x: Any, *spec: Any) -> Any:
+    """`x` constrained to PartitionSpec(*spec) under a (data, fsdp) mesh (`jax.set_mesh`); as it is
+    with none, so the step traces without a mesh too."""
+    import jax
+    from jax.sharding import PartitionSpec as P
+
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty or not {DATA_AXIS, FSDP_AXIS} <= set(mesh.axis_names):
+        return x
+    return jax.lax.with_sharding_constraint(x, P(*spec))
+
+
+def layer_fn(cfg: ModelConfig, seq: int) -> Any:
+    """One decoder layer, (x [batch, seq, d_model], layer weights) -> (x, None), as `lax.scan` runs
+    it; its projections named for the remat policies (MaxText's names)."""
+    import jax
+    from jax.ad_checkpoint import checkpoint_name
+
+    hd, heads, kv_heads = cfg.head_dim, cfg.n_heads, cfg.n_kv_heads
+    rows = (DATA_AXIS, FSDP_AXIS)
+    cos, sin = rope_tables(seq, hd, cfg.rope_theta, inv_frequencies(cfg))
+
+    def block(x, layer):
+        batch = x.shape[0]
+        h = rms_norm(x, layer["attn_norm"], cfg.norm_eps)
+        q = checkpoint_name(h @ layer["wq"], "query_proj").reshape(batch, seq, heads, hd)
+        k = checkpoint_name(h @ layer["wk"], "key_proj").reshape(batch, seq, kv_heads, hd)
+        v = checkpoint_name(h @ layer["wv"], "value_proj").reshape(batch, seq, kv_heads, hd)
+        attn = attention_lib.attend(apply_rope(q, cos, sin), apply_rope(k, cos, sin), v, cfg.attention)
+        x = constrain(x + checkpoint_name(attn.reshape(batch, seq, heads * hd) @ layer["wo"], "out_proj"), rows, None, None)
+        h = rms_norm(x, layer["mlp_norm"], cfg.norm_eps)
+        gate, up = checkpoint_name(h @ layer["w_gate"], "mlpwi_0"), checkpoint_name(h @ layer["w_up"], "mlpwi_1")
+        x = constrain(x + checkpoint_name((jax.nn.silu(gate) * up) @ layer["w_down"], "mlpwo"), rows, None, None)
+        return x, None
+
+    return remat_lib.wrap(block, cfg.remat)
+
+
+def hidden_states(params: Params, tokens: jax.Array, cfg: ModelConfig, compute_dtype=None) -> jax.Array:
+    """The final norm's output [batch, seq, d_model] in `compute_dtype` (default float32)."""
     import jax
     import jax.numpy as jnp
 
     compute_dtype = compute_dtype or jnp.float32
-    batch, seq = tokens.shape
-    hd, heads, kv_heads = cfg.head_dim, cfg.n_heads, cfg.n_kv_heads
-    group = heads // kv_heads
-    x = params["embed"][tokens].astype(compute_dtype)
-    cos, sin = rope_tables(seq, hd, cfg.rope_theta, inv_frequencies(cfg))
-    causal = jnp.tril(jnp.ones((seq, seq), bool))
+    x = constrain(params["embed"][tokens].astype(compute_dtype), (DATA_AXIS, FSDP_AXIS), None, None)
+    layers = jax.tree.map(lambda w: w.astype(compute_dtype), params["layers"])  # once, not per layer under remat
+    x, _ = jax.lax.scan(layer_fn(cfg, tokens.shape[1]), x, layers)
+    return rms_norm(x, params["norm_f"].astype(compute_dtype), cfg.norm_eps)
 
-    def block(x, layer):
-        layer = jax.tree.map(lambda w: w.astype(compute_dtype), layer)
-        h = rms_norm(x, layer["attn_norm"], cfg.norm_eps)
-        q = apply_rope((h @ layer["wq"]).reshape(batch, seq, heads, hd), cos, sin)
-        k = apply_rope((h @ layer["wk"]).reshape(batch, seq, kv_heads, hd), cos, sin)
-        v = (h @ layer["wv"]).reshape(batch, seq, kv_heads, hd)
-        # Grouped-query attention: each key/value head serves `group` query heads.
-        q = q.reshape(batch, seq, kv_heads, group, hd)
-        scores = jnp.einsum("bqkgd,bskd->bkgqs", q, k).astype(jnp.float32) / np.sqrt(hd)
-        weights = jax.nn.softmax(jnp.where(causal, scores, -1e30), axis=-1).astype(compute_dtype)
-        attn = jnp.einsum("bkgqs,bskd->bqkgd", weights, v).reshape(batch, seq, heads * hd)
-        x = x + attn @ layer["wo"]
-        h = rms_norm(x, layer["mlp_norm"], cfg.norm_eps)
-        x = x + (jax.nn.silu(h @ layer["w_gate"]) * (h @ layer["w_up"])) @ layer["w_down"]
-        return x, None
 
-    x, _ = jax.lax.scan(jax.checkpoint(block) if cfg.remat else block, x, params["layers"])
-    x = rms_norm(x, params["norm_f"].astype(compute_dtype), cfg.norm_eps)
-    return (x @ params["lm_head"].astype(compute_dtype)).astype(jnp.float32)
+def forward(params: Params, tokens: jax.Array, cfg: ModelConfig, compute_dtype=None) -> jax.Array:
+    """Logits [batch, seq, vocab] (float32) for int tokens [batch, seq]; matmuls in `compute_dtype`
+    (default float32). The training loss never builds them (`loss_fn`)."""
+    import jax.numpy as jnp
+
+    x = hidden_states(params, tokens, cfg, compute_dtype)
+    return (x @ params["lm_head"].astype(x.dtype)).astype(jnp.float32)
 
 
 def make_optimizer(learning_rate: float, warmup_steps: int, total_steps: int):
@@ -299,11 +380,13 @@ def greedy(params: Params, prompt: list[int], cfg: ModelConfig, new_tokens: int)
 
 
 def loss_fn(params: Params, tokens: jax.Array, cfg: ModelConfig, compute_dtype=None) -> jax.Array:
-    """Mean next-token cross-entropy; `tokens` is [batch, seq_len + 1]."""
-    import optax
-
-    logits = forward(params, tokens[:, :-1], cfg, compute_dtype)
-    return optax.softmax_cross_entropy_with_integer_labels(logits, tokens[:, 1:]).mean()
+    """Mean next-token cross-entropy; `tokens` is [batch, seq_len + 1]. Chunked over the tokens
+    (jobs.train.xent), so the logits [tokens, vocab] never exist whole."""
+    x = hidden_states(params, tokens[:, :-1], cfg, compute_dtype)
+    batch, seq, d = x.shape
+    hidden = constrain(x.reshape(batch * seq, d), (DATA_AXIS, FSDP_AXIS), None)
+    head = constrain(params["lm_head"].astype(x.dtype))  # gathered once, not in every chunk of the scan
+    return xent_lib.cross_entropy(hidden, head, tokens[:, 1:].reshape(-1))
 
 
 def fsdp_spec(shape: tuple[int, ...], fsdp: int, stacked: bool):

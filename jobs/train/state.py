@@ -27,7 +27,8 @@ class ShardedState:
 
         self.cfg = ModelConfig(**config.model)
         self.platform = jax.devices()[0].platform
-        self.compute_dtype = jnp.bfloat16 if self.platform == "tpu" else jnp.float32
+        # bf16 matmuls on accelerators (float32 parameters and optimizer state), float32 on CPU.
+        self.compute_dtype = jnp.bfloat16 if self.platform in ("tpu", "gpu") else jnp.float32
         fsdp = config.fsdp or jax.local_device_count()
         if jax.device_count() % fsdp or config.global_batch % jax.device_count():
             raise ValueError(
@@ -85,7 +86,8 @@ class ShardedState:
 
         begin = time.perf_counter()
         tokens = jax.ShapeDtypeStruct((self.global_batch, self.cfg.seq_len + 1), np.int32, sharding=self.batch_sharding)
-        lowered = self._step.lower(self._abstract, self._abstract_opt, tokens)
+        with jax.set_mesh(self.mesh):  # the model's activation constraints name its axes
+            lowered = self._step.lower(self._abstract, self._abstract_opt, tokens)
         lowered_at = time.perf_counter()
         self._compiled = lowered.compile()
         return lowered_at - begin, time.perf_counter() - lowered_at
@@ -96,8 +98,11 @@ class ShardedState:
         return jax.make_array_from_process_local_data(self.batch_sharding, local_tokens)
 
     def step(self, tokens) -> float:
+        import jax
+
         step = self._compiled if self._compiled is not None and tokens.shape == (self.global_batch, self.cfg.seq_len + 1) else self._step
-        self.params, self.opt_state, loss = step(self.params, self.opt_state, tokens)
+        with jax.set_mesh(self.mesh):
+            self.params, self.opt_state, loss = step(self.params, self.opt_state, tokens)
         return float(loss)  # waits for the step
 
     def abstract(self) -> tuple[Any, Any]:

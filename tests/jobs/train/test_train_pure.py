@@ -10,7 +10,16 @@ import pytest
 
 from jobs.train.config import mfu
 from jobs.train.data import synthetic_tokens
-from jobs.train.model import ModelConfig, flops_per_token, fsdp_spec, init_params, loss_fn, param_count, param_specs
+from jobs.train.model import (
+    ModelConfig,
+    flops_per_token,
+    flops_per_token_noncausal,
+    fsdp_spec,
+    init_params,
+    loss_fn,
+    param_count,
+    param_specs,
+)
 
 CFG = ModelConfig(vocab=64, seq_len=16, d_model=32, n_layers=2, n_heads=2, n_kv_heads=1, d_ff=64)
 
@@ -26,7 +35,9 @@ def test_param_count_matches_the_parameters():
 def test_flops_per_token_is_six_per_matmul_parameter_plus_attention():
     d, f, L, T, V = CFG.d_model, CFG.d_ff, CFG.n_layers, CFG.seq_len, CFG.vocab
     kv = CFG.n_kv_heads * CFG.head_dim  # grouped-query attention: k and v are narrower than q
-    assert flops_per_token(CFG) == 6 * (L * (2 * d * d + 2 * d * kv + 3 * d * f) + d * V) + 12 * L * d * T
+    # MaxText's count (maxtext_utils calculate_tflops_training_per_device): causal attention halved.
+    assert flops_per_token(CFG) == 6 * (L * (2 * d * d + 2 * d * kv + 3 * d * f) + d * V) + 6 * L * d * T
+    assert flops_per_token_noncausal(CFG) == 6 * (L * (2 * d * d + 2 * d * kv + 3 * d * f) + d * V) + 12 * L * d * T
 
 
 def test_fsdp_shards_the_largest_divisible_dim_never_the_layer_axis():
