@@ -38,7 +38,7 @@ __all__ = ["REQUIREMENTS", "RUN_NAME_FLAG", "parse_args", "parse_config"]
 # the RayJob's name through it unless the job's own arguments name the run, so a RayJob that Kueue
 # evicts and admits again resumes its own run, and two RayJobs of one shape never share one.
 RUN_NAME_FLAG = "--name"
-REQUIREMENTS = ("orbax-checkpoint==0.12.8", "tokenizers==0.23.3", "safetensors==0.8.0", "gcsfs==2026.10.1")
+REQUIREMENTS = ("orbax-checkpoint==0.12.8", "tokenizers==0.23.3", "safetensors==0.8.0", "gcsfs==2026.10.1", "tensorboardX==2.6.5")
 
 # Modules: config (flags -> TrainConfig), model and data (pure JAX / Ray Data), text (real text and
 # the shipped tokenizer), hf (Hugging Face names), state (the sharded model and optimizer of one

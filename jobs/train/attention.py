@@ -10,9 +10,12 @@
   Off TPU it runs in Pallas' interpret mode (slow; for the tests).
 - `cudnn`: cuDNN's fused flash attention through `jax.nn.dot_product_attention(implementation="cudnn")`
   (GPU only, bf16 or fp16; grouped-query attention native).
-- `auto`: cuDNN when the step is traced on a GPU; else splash when it is lowered for TPU
-  (`jax.lax.platform_dependent`, so a step exported for TPU from a CPU host gets the kernel) and the
-  sequence tiles into 128-lane blocks, XLA otherwise.
+- `auto`: cuDNN when the step is traced on a GPU; else, where the sequence tiles into more than one
+  block, splash when it is lowered for TPU (`jax.lax.platform_dependent`, so a step exported for
+  TPU from a CPU host gets the kernel) and elsewhere the XLA reference one key block at a time
+  (`blockwise_attention`: an online softmax, no [seq, seq] tensor, its scores recomputed in the
+  backward pass; a platform-dependent step carries both branches in its StableHLO, so neither may
+  hold what the kernel exists to avoid); XLA's materialized reference for shorter sequences.
 
 Only JAX and NumPy: this module loads by path with jobs/train/model.py (bench/gpu_mfu.py).
 Shapes: q [batch, seq, heads, head_dim], k and v [batch, seq, kv_heads, head_dim]; out like q.
@@ -50,6 +53,46 @@ def xla_attention(q: Any, k: Any, v: Any) -> Any:
     causal = jnp.tril(jnp.ones((seq, seq), bool))
     weights = jax.nn.softmax(jnp.where(causal, scores, -1e30), axis=-1).astype(q.dtype)
     return jnp.einsum("bkgqs,bskd->bqkgd", weights, v).reshape(batch, seq, heads, hd)
+
+
+def blockwise_attention(q: Any, k: Any, v: Any, block: int) -> Any:
+    """The XLA reference's result one key block at a time, with an online softmax (a flash-attention
+    loop in plain JAX): never a [seq, seq] tensor, and in the backward pass each block's scores are
+    recomputed (`jax.checkpoint`), not saved. What `auto` runs where there is no fused kernel."""
+    import jax
+    import jax.numpy as jnp
+
+    batch, seq, heads, hd = q.shape
+    kv_heads = k.shape[2]
+    group = heads // kv_heads
+    blocks = seq // block
+    qg = (q.astype(jnp.float32) / math.sqrt(hd)).reshape(batch, seq, kv_heads, group, hd)
+    positions = jnp.arange(seq)
+    kb = k.reshape(batch, blocks, block, kv_heads, hd).swapaxes(0, 1)
+    vb = v.reshape(batch, blocks, block, kv_heads, hd).swapaxes(0, 1)
+
+    @jax.checkpoint
+    def step(carry: Any, xs: Any) -> tuple[Any, None]:
+        out, top, total = carry
+        kj, vj, j = xs
+        scores = jnp.einsum("bqkgd,bskd->bkgqs", qg, kj.astype(jnp.float32))
+        keys = j * block + jnp.arange(block)
+        scores = jnp.where(positions[:, None] >= keys[None, :], scores, -jnp.inf)
+        new_top = jnp.maximum(top, scores.max(axis=-1))
+        safe = jnp.where(jnp.isfinite(new_top), new_top, 0.0)
+        weights = jnp.exp(scores - safe[..., None])
+        scale = jnp.exp(jnp.where(jnp.isfinite(top), top - safe, -jnp.inf))
+        out = out * scale[..., None] + jnp.einsum("bkgqs,bskd->bkgqd", weights, vj.astype(jnp.float32))
+        return (out, new_top, total * scale + weights.sum(axis=-1)), None
+
+    start = (
+        jnp.zeros((batch, kv_heads, group, seq, hd), jnp.float32),
+        jnp.full((batch, kv_heads, group, seq), -jnp.inf, jnp.float32),
+        jnp.zeros((batch, kv_heads, group, seq), jnp.float32),
+    )
+    (out, _, total), _ = jax.lax.scan(step, start, (kb, vb, jnp.arange(blocks)))
+    out = out / total[..., None]
+    return out.transpose(0, 3, 1, 2, 4).reshape(batch, seq, heads, hd).astype(q.dtype)
 
 
 def splash_attention(q: Any, k: Any, v: Any, *, interpret: bool) -> Any:
@@ -102,6 +145,13 @@ def attend(q: Any, k: Any, v: Any, implementation: str) -> Any:
         raise ValueError(f"attention {implementation!r} is not one of {', '.join(IMPLEMENTATIONS)}")
     if jax.default_backend() == "gpu" and q.dtype.itemsize == 2:  # cuDNN's flash attention takes bf16 / fp16
         return cudnn_attention(q, k, v)
-    if block_size(q.shape[1]) is None:
+    block = block_size(q.shape[1])
+    if block is None or block == q.shape[1]:  # one block or none: nothing to tile
         return xla_attention(q, k, v)
-    return jax.lax.platform_dependent(q, k, v, tpu=lambda q, k, v: splash_attention(q, k, v, interpret=False), default=xla_attention)
+    return jax.lax.platform_dependent(
+        q,
+        k,
+        v,
+        tpu=lambda q, k, v: splash_attention(q, k, v, interpret=False),
+        default=lambda q, k, v: blockwise_attention(q, k, v, block),
+    )

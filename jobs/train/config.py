@@ -44,10 +44,13 @@ class TrainConfig:
     tokenizer: str = ""  # its tokenizer.json (rank 0 keeps a copy in the run directory for jobs.export)
     init_from: str = ""  # a Hugging Face Llama directory the run starts from when it has no checkpoint
     compilation_cache: str = ""  # JAX's persistent compilation cache (jobs.runtime.compile_cache); "" for none
+    profile_steps: str = ""  # "A:B": trace steps A to B with JAX's profiler into <run>/profile/ (jobs.train.board)
+    generation: str = ""  # the slices' TPU generation: which compiler flags the workers get (jobs.train.xla_flags)
+    xla_flags: bool = True  # set them (--xla-flags off: not)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
-        return cls(**{f.name: data[f.name] for f in fields(cls)})
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
 
 
 @dataclass(frozen=True)
@@ -190,6 +193,19 @@ def _parser() -> cli.JobArgumentParser:
         f"'{compile_cache.DISABLED}' (default: ${compile_cache.CACHE_ENV}, else gs://BUCKET/{compile_cache.XLA_CACHE_DIR}/"
         f"{compile_cache.TRAIN_CACHE} of --storage's bucket, or --storage/.{compile_cache.XLA_CACHE_DIR} for a local one)",
     )
+    g.add_argument(
+        "--profile-steps",
+        type=profile_steps,
+        default=None,
+        metavar="A:B",
+        help="trace steps A to B (1-based) with JAX's profiler into <run>/profile/, for xprof or TensorBoard's profile plugin",
+    )
+    g.add_argument(
+        "--xla-flags",
+        choices=("on", "off"),
+        default="on",
+        help="the compiler flags MaxText's and JAX-Toolbox's recipes set, per platform (jobs/train/xla_flags.py; default on)",
+    )
     g.add_argument("--matmul-baseline", type=int, default=0, metavar="SIZE", help=argparse.SUPPRESS)  # bench/jobs_bench.py
     cli.add_fault_flags(p, step_timeout_s=DEFAULT_STEP_TIMEOUT_S)
     m = p.add_argument_group("model (a Llama-architecture decoder: jobs/train/model.py)")
@@ -220,6 +236,17 @@ def _parser() -> cli.JobArgumentParser:
         help=f"what each layer keeps for the backward pass: {', '.join(POLICIES)} (default: the preset's; jobs/train/remat.py)",
     )
     return p
+
+
+def profile_steps(text_: str) -> str:
+    """A:B, checked (jobs.train.board.parse_steps)."""
+    from jobs.train.board import parse_steps
+
+    try:
+        parse_steps(text_)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return text_
 
 
 def learning_rate(text_: str) -> float:
@@ -364,6 +391,9 @@ def parse_config(
         tokenizer=tokenizer,
         init_from=args.init_from or "",
         compilation_cache=cache,
+        profile_steps=args.profile_steps or "",
+        generation=target.shape.generation.name,
+        xla_flags=args.xla_flags == "on",
     )
     name = args.name or f"train-{target.shape.pod_type}-x{target.slices}"
     return target, config, name, storage_path, RetryBudget.from_args(args)

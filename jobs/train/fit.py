@@ -15,6 +15,7 @@ from jobs.runtime.inventory import wait_for_slices
 from jobs.runtime.outcomes import Failed, NoProgressError, Succeeded, classify
 from jobs.runtime.reruns import DEFAULT_RETRY_BUDGET, Attempt, RetryBudget, RunReport, attempt_outcome, retry, watched_hosts
 from jobs.train import checkpoints
+from jobs.train.board import Board
 from jobs.train.config import AlreadyTrained, StepMetrics, TrainConfig, TrainResult
 from jobs.train.model import ModelConfig
 from jobs.train.worker import ATTEMPT_KEY, BOARD_KEY, LEDGER_KEY, train_loop_per_worker
@@ -87,6 +88,9 @@ def _with_goodput(result: TrainResult, run_dir: str, log: Callable[[str], None])
     except (storage.StorageError, goodput.LedgerError) as err:
         log(f"train: no goodput figures: {err}")
         return result
+    board = Board(run_dir, suffix=".goodput")  # beside the workers' scalars: `tensorboard --logdir <run>/tensorboard`
+    board.scalars(account.last_step, {"run/goodput": account.goodput})
+    board.close()
     return replace(result, goodput=account.as_dict(), goodput_summary=account.describe())
 
 

@@ -345,24 +345,43 @@ def forward(params: Params, tokens: jax.Array, cfg: ModelConfig, compute_dtype=N
     return (x @ params["lm_head"].astype(x.dtype)).astype(jnp.float32)
 
 
+def make_schedule(learning_rate: float, warmup_steps: int, total_steps: int):
+    """The learning rate by step: linear warmup from 0, then cosine decay."""
+    import optax
+
+    return optax.warmup_cosine_decay_schedule(0.0, learning_rate, max(1, warmup_steps), max(total_steps, warmup_steps + 1))
+
+
 def make_optimizer(learning_rate: float, warmup_steps: int, total_steps: int):
     """AdamW (weight decay 0.01) with global-norm clipping at 1 and a warmup-cosine schedule."""
     import optax
 
-    schedule = optax.warmup_cosine_decay_schedule(0.0, learning_rate, max(1, warmup_steps), max(total_steps, warmup_steps + 1))
+    schedule = make_schedule(learning_rate, warmup_steps, total_steps)
     return optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(schedule, weight_decay=0.01))
 
 
-def train_step(optimizer, cfg: ModelConfig, compute_dtype=None):
+def train_step_with_metrics(optimizer, cfg: ModelConfig, compute_dtype=None):
     """The step every worker compiles: (params, opt_state, tokens [batch, seq_len + 1]) ->
-    (params, opt_state, loss). Sharding is the caller's (`jax.jit`'s in/out shardings)."""
+    (params, opt_state, {loss, grad_norm}) (the gradients' global norm, before clipping).
+    Sharding is the caller's (`jax.jit`'s in/out shardings)."""
     import jax
     import optax
 
     def step(params, opt_state, tokens):
         loss, grads = jax.value_and_grad(loss_fn)(params, tokens, cfg, compute_dtype)
         updates, opt_state = optimizer.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, loss
+        return optax.apply_updates(params, updates), opt_state, {"loss": loss, "grad_norm": optax.global_norm(grads)}
+
+    return step
+
+
+def train_step(optimizer, cfg: ModelConfig, compute_dtype=None):
+    """`train_step_with_metrics` returning the loss alone: (params, opt_state, tokens) -> (params, opt_state, loss)."""
+    with_metrics = train_step_with_metrics(optimizer, cfg, compute_dtype)
+
+    def step(params, opt_state, tokens):
+        params, opt_state, metrics = with_metrics(params, opt_state, tokens)
+        return params, opt_state, metrics["loss"]
 
     return step
 

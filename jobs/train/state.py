@@ -23,7 +23,16 @@ class ShardedState:
         from jax.sharding import Mesh, NamedSharding
         from jax.sharding import PartitionSpec as P
 
-        from jobs.train.model import DATA_AXIS, FSDP_AXIS, batch_spec, init_params, make_optimizer, param_specs, shapes, train_step
+        from jobs.train.model import (
+            DATA_AXIS,
+            FSDP_AXIS,
+            batch_spec,
+            init_params,
+            make_optimizer,
+            param_specs,
+            shapes,
+            train_step_with_metrics,
+        )
 
         self.cfg = ModelConfig(**config.model)
         self.platform = jax.devices()[0].platform
@@ -69,8 +78,9 @@ class ShardedState:
         if initialize:
             self.start_from(init_params(self.cfg, config.seed))  # numpy, identical on every host
 
+        self.grad_norm = 0.0  # the last step's, before clipping
         self._step = jax.jit(
-            train_step(self.optimizer, self.cfg, self.compute_dtype),
+            train_step_with_metrics(self.optimizer, self.cfg, self.compute_dtype),
             in_shardings=(param_sharding, opt_sharding, self.batch_sharding),
             out_shardings=(param_sharding, opt_sharding, replicated),
             donate_argnums=(0, 1),
@@ -102,8 +112,9 @@ class ShardedState:
 
         step = self._compiled if self._compiled is not None and tokens.shape == (self.global_batch, self.cfg.seq_len + 1) else self._step
         with jax.set_mesh(self.mesh):
-            self.params, self.opt_state, loss = step(self.params, self.opt_state, tokens)
-        return float(loss)  # waits for the step
+            self.params, self.opt_state, metrics = step(self.params, self.opt_state, tokens)
+        self.grad_norm = float(metrics["grad_norm"])
+        return float(metrics["loss"])  # waits for the step
 
     def abstract(self) -> tuple[Any, Any]:
         """The parameters' and optimizer state's shapes, dtypes and shardings: where a restore

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import statistics
 import time
 from collections.abc import Iterator
@@ -14,10 +15,11 @@ from dataclasses import asdict, replace
 from typing import Any
 
 from jobs.runtime import compile_cache, ledger, progress, storage
-from jobs.train import checkpoints
+from jobs.train import checkpoints, xla_flags
+from jobs.train.board import Board, ProfileWindow, parse_steps
 from jobs.train.config import StepMetrics, TrainConfig, mfu
 from jobs.train.data import synthetic_batches
-from jobs.train.model import flops_per_token, init_params, param_count
+from jobs.train.model import flops_per_token, init_params, make_schedule, param_count
 from jobs.train.state import ShardedState
 from jobs.train.text import DataError
 
@@ -61,6 +63,9 @@ def train_loop_per_worker(config_dict: dict[str, Any]) -> None:
     # Rank 0's timeline (wall clock), for the benchmark's "submit -> first step" breakdown.
     timeline = {"worker_started_at": time.time()}
     config = TrainConfig.from_dict(config_dict)
+    if config.xla_flags:  # before JAX starts its backend: XLA and libtpu read their flags once
+        platform = os.environ.get("JAX_PLATFORMS", "").split(",")[0]  # Ray Train's JAX backend sets it (tpu, cuda)
+        xla_flags.apply(os.environ, platform, config.generation)
     compile_cache.enable(config.compilation_cache)  # before anything compiles in this process
     rank = ray.train.get_context().get_world_rank()
     attempt = int(config_dict.get(ATTEMPT_KEY, 1))
@@ -164,6 +169,9 @@ def _train(config: TrainConfig, rank: int, watchdog: progress.StepWatchdog, time
         notes["init_from"] = init_from
     tokens_per_step = config.global_batch * state.cfg.seq_len
     model_flops = flops_per_token(state.cfg) * tokens_per_step
+    board = Board(root, enabled=rank == 0)  # each attempt its own event file, beside the earlier ones
+    schedule = make_schedule(config.learning_rate, config.warmup_steps, config.steps)
+    profile = ProfileWindow(parse_steps(config.profile_steps) if config.profile_steps else None, root, jax.process_index())
     losses: list[float] = []
     times: list[float] = []
     first_step_at = first_step_done_at = 0.0
@@ -185,9 +193,25 @@ def _train(config: TrainConfig, rank: int, watchdog: progress.StepWatchdog, time
         tokens = state.batch(batch["tokens"])
         if step == start_step:
             first_step_at = time.time()
+        profile.before(step + 1)
         begin = time.perf_counter()
-        losses.append(state.step(tokens))
+        with jax.profiler.StepTraceAnnotation("train_step", step_num=step + 1):  # names the step in a trace
+            losses.append(state.step(tokens))
         times.append(time.perf_counter() - begin)
+        if (traced := profile.after(step + 1)) is not None:
+            say(f"[train] profile of steps {config.profile_steps} written to {traced}")
+        step_flops = model_flops / times[-1]
+        board.scalars(
+            step + 1,
+            {
+                "train/loss": losses[-1],
+                "train/learning_rate": float(schedule(step)),
+                "train/grad_norm": state.grad_norm,
+                "train/step_time_s": times[-1],
+                "train/tokens_per_s": tokens_per_step / times[-1],
+                "train/mfu": mfu(step_flops, config.peak_flops, state.platform),
+            },
+        )
         once: dict[str, int] = {}
         if step == start_step:  # every host's, once: when the slice was training, and which hosts compiled
             first_step_at, first_step_done_at, hit_hosts = _first_step_over_processes(first_step_at, time.time(), cache_hits)
@@ -244,6 +268,7 @@ def _train(config: TrainConfig, rank: int, watchdog: progress.StepWatchdog, time
             watchdog.beat(f"checkpoint at step {step + 1}")
     manager.wait_until_finished()  # a stream that ended early leaves its last save in flight
     manager.close()
+    board.close()
     cache_events.close()
 
 

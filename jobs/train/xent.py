@@ -21,14 +21,15 @@ def chunk_for(tokens: int, chunk: int = CHUNK_TOKENS) -> int:
     return max(1, min(chunk, tokens))
 
 
-def cross_entropy(hidden: Any, head: Any, labels: Any, *, chunk: int = CHUNK_TOKENS) -> Any:
+def cross_entropy(hidden: Any, head: Any, labels: Any, *, chunk: int | None = None) -> Any:
     """Mean cross-entropy of `labels` [tokens] under logits `hidden [tokens, d] @ head [d, vocab]`,
-    in float32, `chunk` rows at a time (the last chunk padded and masked when it does not divide)."""
+    in float32, `chunk` (default CHUNK_TOKENS, read when called) rows at a time (the last chunk
+    padded and masked when it does not divide)."""
     import jax
     import jax.numpy as jnp
 
     tokens = hidden.shape[0]
-    size = chunk_for(tokens, chunk)
+    size = chunk_for(tokens, chunk or CHUNK_TOKENS)
     chunks = -(-tokens // size)
     pad = chunks * size - tokens
     weights = jnp.concatenate([jnp.ones(tokens, jnp.float32), jnp.zeros(pad, jnp.float32)])

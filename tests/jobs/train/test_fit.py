@@ -28,13 +28,26 @@ def sim(shared_slice):
     return shared_slice
 
 
-def run(storage: Path, steps: int, name: str = "resume") -> train_config.TrainResult:
-    argv = ["--generation", "v6e", "--topology", "4x4", "--steps", str(steps), "--name", name, "--storage", str(storage)]
+def run(storage: Path, steps: int, name: str = "resume", *extra: str) -> train_config.TrainResult:
+    argv = ["--generation", "v6e", "--topology", "4x4", "--steps", str(steps), "--name", name, "--storage", str(storage), *extra]
     argv += ["--compilation-cache", str(storage / "xla-cache")]
     target, config, name, storage_path, budget = train_config.parse_config([*argv, *TINY, *FAST])
     report = train_fit.run_training(target, config, name, storage_path, budget, log=lambda line: None)
     assert report.ok and len(report.attempts) == 1, report.describe()
     return report.value
+
+
+def tensorboard_scalars(logdir: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar in the event files of `logdir`, read by TensorBoard's own event reader."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out: dict[str, list[tuple[int, float]]] = {}
+    for events in sorted(logdir.glob("events.out.tfevents.*")):
+        reader = EventAccumulator(str(events))
+        reader.Reload()
+        for tag in reader.Tags()["scalars"]:
+            out.setdefault(tag, []).extend((e.step, e.value) for e in reader.Scalars(tag))
+    return {tag: sorted(values) for tag, values in out.items()}
 
 
 def checkpoint_dirs(run_dir: Path) -> dict[int, Path]:
@@ -44,7 +57,17 @@ def checkpoint_dirs(run_dir: Path) -> dict[int, Path]:
 
 
 def test_loss_falls_a_rerun_resumes_and_a_cut_short_checkpoint_is_skipped(sim, tmp_path):
-    first = run(tmp_path, steps=6)
+    first = run(tmp_path, 6, "resume", "--profile-steps", "2:3")
+    # What a person looks at: TensorBoard's own reader finds every step's scalars in the run's
+    # directory, the loss the run reported among them, and the profile of steps 2 and 3.
+    scalars = tensorboard_scalars(tmp_path / "resume" / "tensorboard")
+    assert [step for step, _ in scalars["train/loss"]] == [1, 2, 3, 4, 5, 6]
+    assert scalars["train/loss"][-1][1] == pytest.approx(first.final_loss, rel=1e-6)
+    assert {"train/learning_rate", "train/grad_norm", "train/step_time_s", "train/tokens_per_s", "run/goodput"} <= set(scalars)
+    assert "train/mfu" not in scalars  # no peak off TPU
+    assert scalars["run/goodput"] == [(6, pytest.approx(first.goodput["goodput"], rel=1e-6))]
+    traces = list((tmp_path / "resume" / "profile").rglob("*.xplane.pb"))
+    assert traces and all(b"train_step" in t.read_bytes() for t in traces)
     assert (first.start_step, first.steps) == (0, 6)
     assert first.cache_hits == 0  # an empty cache: the step was compiled (and written by process 0)
     assert first.final_loss < first.first_loss

@@ -131,3 +131,38 @@ def test_the_8b_preset_fits_a_v6e_4x4_per_chip(capsys):
     assert sum(need.values()) < 0.8 * hbm
     # And the same state could not be held by one v6e host without sharding over hosts.
     assert need["params"] * shape.chips * 4 > shape.hbm_bytes / shape.hosts
+
+
+REMAT_ORDER = ("none", "minimal", "save_dots", "full")  # least recompute first
+REMAT_SHARE = 0.4  # of a chip's HBM for the state and the saved tensors: the rest for XLA's working set
+
+
+def remat_estimate(cfg: ModelConfig, policy: str, chips: int, batch_per_chip: int) -> float:
+    """Per-chip bytes: parameters, gradients and Adam's two moments (float32, fully sharded), and
+    the tensors `policy` keeps for `batch_per_chip` sequences (jobs.train.remat.saved_bytes_per_token)."""
+    from jobs.train import remat
+
+    per_token = remat.saved_bytes_per_token(
+        policy,
+        d_model=cfg.d_model,
+        q_width=cfg.n_heads * cfg.head_dim,
+        kv_width=cfg.n_kv_heads * cfg.head_dim,
+        d_ff=cfg.d_ff,
+        heads=cfg.n_heads,
+        seq=cfg.seq_len,
+    )
+    return param_count(cfg) * 4 * 4 / chips + per_token * cfg.seq_len * batch_per_chip * cfg.n_layers
+
+
+def test_each_presets_remat_default_is_the_least_recompute_that_fits_its_slice(capsys):
+    from jobs.train.model import REMAT_REFERENCE
+
+    for name, (generation, topology, batch_per_chip) in REMAT_REFERENCE.items():
+        cfg, shape = PRESETS[name], catalog.shape(generation, topology)
+        budget = REMAT_SHARE * shape.hbm_bytes / shape.chips
+        fits = [p for p in REMAT_ORDER if remat_estimate(cfg, p, shape.chips, batch_per_chip) <= budget]
+        with capsys.disabled():
+            estimates = ", ".join(f"{p} {remat_estimate(cfg, p, shape.chips, batch_per_chip) / 2**30:.1f}" for p in REMAT_ORDER)
+            print(f"\n{name} on {generation} {topology}, {batch_per_chip} sequence(s) per chip: {estimates} GiB of {budget / 2**30:.0f}")
+        assert fits and cfg.remat == fits[0], (name, cfg.remat, fits)
+    assert PRESETS["tiny"].remat == "none"  # trains on 2 CPU cores: nothing to save
