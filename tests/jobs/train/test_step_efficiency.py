@@ -60,7 +60,7 @@ def test_every_attention_available_here_gives_the_tiny_models_logits_and_gradien
         assert max_diff(grads, want_grads) < TOLERANCE, implementation
 
 
-@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("name", [pytest.param("tiny"), pytest.param("gqa-4-2", marks=pytest.mark.slow)])
 def test_every_attention_available_here_is_causal_attention_in_value_and_gradient(name):
     """Each against JAX's own attention (XLA), forward and backward; a mask bug (non-causal) is
     caught by the same tolerance."""
@@ -115,15 +115,14 @@ def test_each_remat_policy_keeps_what_it_names_and_no_gradient_changes():
     # `mlpwo`'s output is named too, but the backward pass needs it in no layer: only the others are kept.
     assert kept["minimal"] == set(remat.SAVED["minimal"]) - {"mlpwo"}
     tokens = jnp.asarray(np.random.default_rng(4).integers(0, cfg.vocab, (2, cfg.seq_len + 1)), jnp.int32)
-    grads = {p: jax.grad(loss_fn)(params, tokens, replace(cfg, remat=p)) for p in ("none", "minimal", "save_dots", "full")}
-    for policy in ("minimal", "save_dots", "full"):
-        assert max_diff(grads[policy], grads["none"]) < 1e-6, policy
+    grads = {p: jax.grad(loss_fn)(params, tokens, replace(cfg, remat=p)) for p in ("none", "full")}  # the two ends
+    assert max_diff(grads["full"], grads["none"]) < 1e-6
     sizes = dict(d_model=4096, q_width=4096, kv_width=1024, d_ff=14336, heads=32, seq=8192)
     by_policy = [remat.saved_bytes_per_token(p, **sizes) for p in ("none", "minimal", "save_dots", "full")]
     assert by_policy == sorted(by_policy, reverse=True)  # each keeps less than the one before
 
 
-@pytest.mark.parametrize(("tokens", "chunk"), [(37, 8), (64, 64), (10, 100), (96, 32)])
+@pytest.mark.parametrize(("tokens", "chunk"), [(37, 8), (10, 100)])  # a last chunk padded; one chunk bigger than the tokens
 def test_the_chunked_loss_is_optaxs_in_value_and_gradient(tokens, chunk):
     rng = np.random.default_rng(tokens)
     hidden = jnp.asarray(rng.standard_normal((tokens, 16)), jnp.float32)
@@ -152,8 +151,8 @@ def test_auto_runs_blockwise_attention_off_accelerators_where_the_sequence_tiles
     """At 1024 tokens `auto` on this CPU is the online-softmax loop over 512-token key blocks: the same
     attention, forward and backward, without the [seq, seq] scores."""
     rng = np.random.default_rng(6)
-    q = jnp.asarray(rng.standard_normal((1, 1024, 4, 64)), jnp.float32)
-    k, v = (jnp.asarray(rng.standard_normal((1, 1024, 2, 64)), jnp.float32) for _ in range(2))
+    q = jnp.asarray(rng.standard_normal((1, 1024, 2, 32)), jnp.float32)
+    k, v = (jnp.asarray(rng.standard_normal((1, 1024, 1, 32)), jnp.float32) for _ in range(2))
     assert float(jnp.max(jnp.abs(attention.attend(q, k, v, "auto") - reference(q, k, v)))) < TOLERANCE
     grads = jax.grad(lambda *a: jnp.sum(attention.attend(*a, "auto") ** 2), (0, 1, 2))(q, k, v)
     want = jax.grad(lambda *a: jnp.sum(reference(*a) ** 2), (0, 1, 2))(q, k, v)

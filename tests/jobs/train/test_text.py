@@ -73,6 +73,7 @@ def test_a_corpus_is_tokenized_once_and_kept_only_when_its_tokens_fit_easily_in_
 
 
 @pytest.mark.cluster
+@pytest.mark.slow  # ~50 s of Ray Data on 2 cores: keeps make test under 12 minutes (the formats' parsing: the pure tests above)
 def test_ray_data_reads_each_format_into_rows_of_real_tokens(shared_slice, tmp_path):
     docs = text.shipped_documents()
     pq.write_table(pa.table({"text": docs}), tmp_path / "corpus.parquet")
