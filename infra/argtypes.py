@@ -37,3 +37,13 @@ def positive_number(text: str, unit: str = "") -> float:
 
 def positive_seconds(text: str) -> float:
     return positive_number(text, "seconds")
+
+
+def non_negative_seconds(text: str) -> float:
+    """0 or a positive number of seconds."""
+    try:
+        if float(text) == 0:
+            return 0.0
+    except ValueError:
+        pass
+    return positive_number(text, "seconds (or 0)")

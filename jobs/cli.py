@@ -23,14 +23,14 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from infra import catalog
-from infra.argtypes import non_negative_int, positive_int, positive_number, positive_seconds, whole_number
+from infra.argtypes import non_negative_int, non_negative_seconds, positive_int, positive_number, positive_seconds, whole_number
 from infra.config import ConfigError, Environment, load_environment
 from jobs.runtime.inventory import DEFAULT_RESERVE_TIMEOUT_S
 from jobs.runtime.outcomes import Cancelled, Succeeded
 from jobs.runtime.reruns import RunReport
 
 # The argument types are part of this module's API (the workloads' parsers use them from here).
-__all__ = ["non_negative_int", "positive_int", "positive_number", "positive_seconds", "whole_number"]
+__all__ = ["non_negative_int", "non_negative_seconds", "positive_int", "positive_number", "positive_seconds", "whole_number"]
 
 DEFAULT_ENV = "dev"
 

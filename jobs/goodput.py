@@ -42,7 +42,7 @@ def timeline(account: goodput.Goodput) -> str:
         lines.append(
             f"  attempt {a.attempt}: start {at(a.start)} s, reserved {at(a.reserved)}, workers {at(a.workers_started)}, "
             f"state {at(a.state_built)}, first step {at(a.first_step_start)}, end {at(a.end)} ({a.outcome or 'running'}); "
-            f"{steps}{resumed}"
+            f"{steps}{resumed}{a.describe_events()}"
         )
     return "\n".join(lines)
 

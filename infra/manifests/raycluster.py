@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from infra import ray_ports
+from infra import disruption, ray_ports
 from infra.config import Environment, Reservation, SliceGroup
 from infra.manifests.network_policy import network_policy
 from infra.names import AUTH_TOKEN_KEY, CPU_POOL_NAME, RAY_CLUSTER_LABEL, SLICE_GROUP_LABEL, auth_secret_name, ray_service_account_email
@@ -112,6 +112,10 @@ class RayClusterPods:
     token_secret: str | None
 
 
+def _env_list(values: dict[str, str]) -> list[dict[str, Any]]:
+    return [{"name": k, "value": v} for k, v in values.items()]
+
+
 def auth_options(env: Environment) -> dict[str, str]:
     return {"mode": env.ray.access.auth}
 
@@ -137,7 +141,8 @@ def head_group(env: Environment, cluster: RayClusterPods) -> dict[str, Any]:
                 "name": "ray-head",
                 "image": env.ray.image,
                 "ports": HEAD_PORTS,
-                "env": auth_env(cluster),
+                # The GCS declares a vanished TPU host dead within seconds, not Ray's 13 (infra.disruption).
+                "env": [*auth_env(cluster), *_env_list(disruption.HEALTH.env())],
                 "resources": {
                     "requests": {"cpu": env.ray.head.cpu, "memory": env.ray.head.memory},
                     "limits": {"cpu": env.ray.head.cpu, "memory": env.ray.head.memory},
@@ -205,6 +210,9 @@ def tpu_worker_group(
         "env": [
             {"name": "JAX_PLATFORMS", "value": "tpu,cpu"},
             {"name": "ENABLE_PJRT_COMPATIBILITY", "value": "true"},
+            # On SIGTERM (a preemption notice, a Kueue eviction) Ray drains the host inside the
+            # pod's grace period, and Ray Train's workers hear of it (infra.disruption).
+            *_env_list(disruption.TPU_POD_SHUTDOWN.env()),
             *auth_env(cluster),
         ],
         "ports": TPU_PORTS,
@@ -223,6 +231,7 @@ def tpu_worker_group(
             "metadata": {"labels": {**pod_labels(env, cluster), SLICE_GROUP_LABEL: group.name}},
             "spec": {
                 "serviceAccountName": env.ray.kubernetes_service_account,
+                "terminationGracePeriodSeconds": disruption.TPU_POD_SHUTDOWN.grace_period_s,
                 "nodeSelector": tpu_node_selector(env, group),
                 "containers": [container],
             },

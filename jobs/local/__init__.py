@@ -6,6 +6,7 @@
     eval "$(python -m jobs.local env)"   # RAY_ADDRESS and the token file, for `ray job submit`
     python -m jobs.local rayjob FILE --state-dir DIR   # a printed RayJob, as KubeRay runs it (jobs.local.rayjob)
     python -m jobs.local preempt --state-dir DIR       # ... evicted as Kueue evicts it (jobs.local.preempt)
+    python -m jobs.local kill-host --slice I --host J [--notice S] [--back-after S]   # a host preempted or lost (jobs.local.faults)
 
 Each simulated host is a `ray start --block` process started with the variables the GKE TPU
 webhook injects (`TPU_NAME`, `TPU_WORKER_ID`, `TPU_ACCELERATOR_TYPE`, `TPU_TOPOLOGY`) and

@@ -1,5 +1,5 @@
-"""`python -m jobs.local up | status | down | env | rayjob FILE | preempt`: see `jobs.local`,
-`jobs.local.rayjob` and `jobs.local.preempt`."""
+"""`python -m jobs.local up | status | down | env | rayjob FILE | preempt | kill-host`: see `jobs.local`,
+`jobs.local.rayjob`, `jobs.local.preempt` and `jobs.local.faults`."""
 
 from __future__ import annotations
 
@@ -11,10 +11,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
-from jobs.cli import JobArgumentParser, add_slice_flags, positive_int, positive_seconds, resolve_target
+from jobs.cli import (
+    JobArgumentParser,
+    add_slice_flags,
+    non_negative_int,
+    non_negative_seconds,
+    positive_int,
+    positive_seconds,
+    resolve_target,
+)
 from jobs.local import rayjob
 from jobs.local.cluster import DEFAULT_STATE_DIR, LocalCluster, LocalClusterError, down, status, up
 from jobs.local.env import client_exports, state_dir_problem
+from jobs.local.faults import FaultError, FaultFlagError, kill_host
 from jobs.local.preempt import TIMEOUT_S, PreemptError, preempt
 from jobs.local.rayjob_spec import RayJobError, parse_rayjob
 
@@ -55,6 +64,25 @@ def _parser() -> JobArgumentParser:
         default=TIMEOUT_S,
         metavar="SECONDS",
         help=f"for the eviction to be delivered (default {TIMEOUT_S:g})",
+    )
+    kill = sub.add_parser(
+        "kill-host",
+        help="do to one simulated host what GKE does to a preempted node: SIGTERM with --notice as the drain's deadline, "
+        "SIGKILL when it runs out (no --notice: SIGKILL at once); exits 0 once the host is signalled",
+    )
+    kill.add_argument("--slice", type=non_negative_int, required=True, metavar="I", help="the slice, 0-based (as `status` lists them)")
+    kill.add_argument(
+        "--host", type=non_negative_int, required=True, metavar="J", help="the host in the slice, 0-based (its TPU worker id)"
+    )
+    kill.add_argument(
+        "--notice", type=positive_seconds, default=None, metavar="SECONDS", help="a preemption notice this long (default: none)"
+    )
+    kill.add_argument(
+        "--back-after",
+        type=non_negative_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="start a fresh host in its place this long after the kill, in the background, as the node pool re-provisions it",
     )
     for name, text in (
         ("status", "show the simulated slices"),
@@ -139,6 +167,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             try:
                 print(f"[local] {preempt(args.state_dir, args.timeout)}", flush=True)
             except PreemptError as err:
+                print(f"[local] error: {err}", file=sys.stderr)
+                return 1
+            return 0
+        if args.command == "kill-host":
+            try:
+                print(f"[local] {kill_host(args.state_dir, args.slice, args.host, args.notice, args.back_after)}", flush=True)
+            except FaultFlagError as err:
+                parser.error(str(err))
+            except FaultError as err:
                 print(f"[local] error: {err}", file=sys.stderr)
                 return 1
             return 0

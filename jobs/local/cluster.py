@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from infra import catalog
+from infra import catalog, disruption
 from jobs import REPO_ROOT
 from jobs.local.env import clean_base_env, cpu_jax_env, host_env, ray_env, slice_name, state_dir_problem, write_token
 from jobs.local.processes import alive, ray_start, stop_groups, tail
@@ -31,14 +31,16 @@ class LocalClusterError(RuntimeError):
 
 @dataclass(frozen=True)
 class LocalNode:
-    role: str  # "head" or "host"
+    role: str  # "head", "host", or "respawn" (a host coming back after kill-host --back-after)
     slice_name: str | None
     worker_id: int | None
     pid: int  # of `ray start --block`, which leads its own process group
     log: str
 
     def describe(self) -> str:
-        return "head" if self.role == "head" else f"{self.slice_name} worker {self.worker_id}"
+        if self.role == "head":
+            return "head"
+        return f"{self.slice_name} worker {self.worker_id}" + (" (coming back)" if self.role == "respawn" else "")
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,8 @@ class LocalCluster:
     chips_per_host: int
     slices: int
     nodes: tuple[LocalNode, ...]
+    host_cpus: int = 2
+    object_store_mb: int = 128
 
     @property
     def shape(self) -> catalog.SliceShape:
@@ -127,20 +131,7 @@ def up(
 
     gcs_port, dashboard_port, client_port = free_port(), free_port(), free_port()
     gcs_address = f"127.0.0.1:{gcs_port}"
-    base = {
-        **clean_base_env(),
-        **ray_env(state_dir),
-        # `ray start --block` drains a node for up to 30 s on SIGTERM (for Serve proxies); with the
-        # GCS going down at the same time that is a 30 s wait for nothing.
-        "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
-    }
-    common = [
-        f"--temp-dir={temp_dir}",
-        f"--object-store-memory={object_store_mb * 2**20}",
-        "--min-worker-port=0",
-        "--max-worker-port=0",
-        "--dashboard-agent-listen-port=0",
-    ]
+    base = _base_env(state_dir)
     cluster = LocalCluster(
         state_dir=str(state_dir),
         ray_temp_dir=str(temp_dir),
@@ -151,7 +142,10 @@ def up(
         chips_per_host=shape.chips_per_host,
         slices=slices,
         nodes=(),
+        host_cpus=host_cpus,
+        object_store_mb=object_store_mb,
     )
+    common = _common_args(cluster)
     procs: list[subprocess.Popen] = []
     nodes: list[LocalNode] = []
     connected = False
@@ -160,6 +154,10 @@ def up(
         log = state_dir / "logs" / "head.log"
         head_env = {
             **base,
+            # The head's `ray start` need not drain (its GCS goes with it), and the GCS declares a
+            # vanished host dead within seconds, as the manifests' heads do (infra.disruption).
+            "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
+            **disruption.HEALTH.env(),
             **cpu_jax_env(shape),
             "JOBS_STORAGE_PATH": cluster.storage_path,
             "JOBS_COMPILATION_CACHE": cluster.compilation_cache_path,
@@ -185,16 +183,7 @@ def up(
             for w in range(shape.hosts):
                 progress(f"starting host {name} worker {w} ({s * shape.hosts + w + 1}/{slices * shape.hosts})")
                 log = state_dir / "logs" / f"{name}-{w}.log"
-                host_args = [
-                    f"--address={gcs_address}",
-                    # One log monitor per machine (the head's): every raylet here shares one
-                    # session directory, and a monitor per node would print each line N times.
-                    "--include-log-monitor=false",
-                    f"--num-cpus={host_cpus}",
-                    f"--resources={json.dumps({'TPU': shape.chips_per_host})}",
-                    *common,
-                ]
-                procs.append(ray_start(host_args, {**base, **host_env(shape, name, w)}, log))
+                procs.append(ray_start(*host_start(cluster, name, w), log))
                 nodes.append(LocalNode("host", name, w, procs[-1].pid, str(log)))
                 _wait_for(f"{name} worker {w}", functools.partial(_registered, name, w), procs[-1], log, node_timeout_s)
         cluster = LocalCluster(**{**asdict(cluster), "nodes": tuple(nodes)})
@@ -206,6 +195,40 @@ def up(
     finally:
         if connected:
             ray.shutdown()
+
+
+def _base_env(state_dir: str | Path) -> dict[str, str]:
+    return {
+        **clean_base_env(),
+        **ray_env(state_dir),
+        # SIGTERM (a preemption notice, an eviction) drains a host as on GKE: inside the TPU pods'
+        # grace period, so Ray Train's workers hear of it (infra.disruption).
+        **disruption.TPU_POD_SHUTDOWN.env(),
+    }
+
+
+def _common_args(cluster: LocalCluster) -> list[str]:
+    return [
+        f"--temp-dir={cluster.ray_temp_dir}",
+        f"--object-store-memory={cluster.object_store_mb * 2**20}",
+        "--min-worker-port=0",
+        "--max-worker-port=0",
+        "--dashboard-agent-listen-port=0",
+    ]
+
+
+def host_start(cluster: LocalCluster, name: str, worker_id: int) -> tuple[list[str], dict[str, str]]:
+    """`ray start`'s arguments and environment for simulated host `worker_id` of slice `name`."""
+    args = [
+        f"--address={cluster.gcs_address}",
+        # One log monitor per machine (the head's): every raylet here shares one
+        # session directory, and a monitor per node would print each line N times.
+        "--include-log-monitor=false",
+        f"--num-cpus={cluster.host_cpus}",
+        f"--resources={json.dumps({'TPU': cluster.shape.chips_per_host})}",
+        *_common_args(cluster),
+    ]
+    return args, {**_base_env(cluster.state_dir), **host_env(cluster.shape, name, worker_id)}
 
 
 def _registered(name: str, worker_id: int) -> bool:
@@ -220,7 +243,7 @@ def down(state_dir: str | Path = DEFAULT_STATE_DIR, grace_s: float = 15.0, *, al
     cluster = LocalCluster.load(state_dir)
     if cluster is None:
         return None
-    hosts = [n.pid for n in cluster.nodes if n.role == "host"]
+    hosts = [n.pid for n in cluster.nodes if n.role != "head"]  # hosts, and any coming back (jobs.local.faults)
     heads = [n.pid for n in cluster.nodes if n.role == "head"]
     if all_at_once:
         stop_groups([*heads, *hosts], grace_s)
@@ -250,7 +273,7 @@ def status(state_dir: str | Path = DEFAULT_STATE_DIR, timeout_s: float = 30.0) -
     cluster = LocalCluster.load(state_dir)
     if cluster is None:
         return None
-    dead = tuple(n for n in cluster.nodes if not alive(n.pid))
+    dead = tuple(n for n in cluster.nodes if not alive(n.pid) and n.role != "respawn")
     inventory: tuple[SliceInventory, ...] = ()
     idle = None
     head_port = int(cluster.gcs_address.rsplit(":", 1)[1])

@@ -3,7 +3,9 @@
 A run's ledger (`<run dir>/goodput.jsonl`, written by `jobs.runtime.ledger`) is one JSON object per
 line, `{"t": <unix time>, "event": <kind>, ...}`, in the order they happened:
 
-    attempt_start  {attempt}                 the driver begins an attempt (a fit() on whole slices)
+    attempt_start  {attempt, slices, hosts}  the driver begins an attempt (a fit() on `slices` whole
+                                             slices of `hosts` hosts: fewer on an elastic run that
+                                             lost one)
     reserved       {attempt}                 whole idle slices are there for it
     workers_started {attempt}                rank 0's training function runs (jax.distributed is up)
     state_built    {attempt}                 the mesh, shardings and compiled-function objects exist
@@ -14,13 +16,20 @@ line, `{"t": <unix time>, "event": <kind>, ...}`, in the order they happened:
                                              (or found in the persistent cache) while the
                                              parameters were made, `lower_s` of it tracing and
                                              lowering; wait_s: what the loop then still waited for it
-    step           {attempt, step, seconds, data_s}  step `step` (1-based) ran for `seconds`, after
+    step           {attempt, step, seconds, data_s, loss}  step `step` (1-based) ran for `seconds`, after
                                              waiting `data_s` for its batch; an attempt's first
                                              step adds {hit_hosts, hosts}: how many hosts found
                                              the step in the persistent cache
     save           {attempt, step, stall_s}  a checkpoint save started; the loop was blocked stall_s
+    notice         {attempt, step, remaining_s, save, why}  a preemption notice reached the workers
+                                             after `step` (remaining_s: left of it; save: whether
+                                             the step is saved in it, why: the decision)
+    resize         {attempt, step, slices, why}  an elastic run saves `step` to go on `slices` slices
+    saved_now      {attempt, step, seconds}  that save, committed after `seconds` (a `save` event
+                                             with the same stall precedes it)
     fit_failed     {attempt}                 Ray Train's run raised (before the error was classified)
-    attempt_end    {attempt, outcome}        the attempt ended: succeeded, host-lost, failed, ...
+    attempt_end    {attempt, outcome}        the attempt ended: succeeded, preempted, host-lost,
+                                             resized, failed, ...
 
 `account(events, now)` turns them into goodput (productive step time over the wall time since the
 first attempt started) and badput in the categories of Google's `ml-goodput-measurement`, named as
@@ -90,6 +99,9 @@ EVENTS = frozenset(
         "compiled",
         "step",
         "save",
+        "notice",
+        "resize",
+        "saved_now",
         "fit_failed",
         "attempt_end",
     }
@@ -120,6 +132,13 @@ class AttemptTimes:
     steps: tuple[int, int] | None  # (first, last) step it ran
     outcome: str | None
     end: float | None
+    slices: int | None = None  # what it ran on (attempt_start's; None in a ledger from before they were recorded)
+    hosts: int | None = None
+    notice: str | None = None  # what a preemption notice or an elastic resize did, in a few words
+
+    def describe_events(self) -> str:
+        on = f" on {self.slices} slice(s), {self.hosts} hosts" if self.slices is not None else ""
+        return on + (f"; {self.notice}" if self.notice else "")
 
 
 @dataclass(frozen=True)
@@ -128,9 +147,10 @@ class Goodput:
     productive_s: float
     badput_s: Mapping[BadputType, float]
     attempts: tuple[AttemptTimes, ...]
-    disruptions: int
+    disruptions: int  # attempts ended by a fault (a resize is none: `resizes`)
     last_step: int
     finished: bool = field(default=False)
+    resizes: int = 0  # attempts an elastic run ended itself to change its slices
 
     @property
     def goodput(self) -> float:
@@ -149,6 +169,7 @@ class Goodput:
             "badput_s": {k.name: v for k, v in self.badput_s.items()},
             "attempts": len(self.attempts),
             "disruptions": self.disruptions,
+            "resizes": self.resizes,
             "last_step": self.last_step,
         }
 
@@ -156,7 +177,7 @@ class Goodput:
         state = "finished" if self.finished else "running or stopped"
         lines = [
             f"goodput {self.goodput:.1%}: {self.productive_s:.1f} s of productive steps in {self.wall_s:.1f} s since the first "
-            f"attempt started ({len(self.attempts)} attempt(s), {self.disruptions} disruption(s), last step {self.last_step}, {state})",
+            f"attempt started ({len(self.attempts)} attempt(s), {self.disruptions} disruption(s), {self.resizes} resize(s), last step {self.last_step}, {state})",
         ]
         for kind in BadputType:
             seconds = self.badput_s[kind]
@@ -212,7 +233,7 @@ def account(events: Iterable[Mapping[str, Any]], now: float | None = None) -> Go
     bad = dict.fromkeys(BadputType, 0.0)
     productive = 0.0
     times: list[AttemptTimes] = []
-    disruptions = 0
+    disruptions = resizes = 0
     last_step = 0
     for index, number in enumerate(numbers):
         evs = by_attempt[number]
@@ -261,8 +282,12 @@ def account(events: Iterable[Mapping[str, Any]], now: float | None = None) -> Go
             last_step = max(last_step, ran if keep_until is None else min(ran, keep_until))
         if nxt is not None and (ended is None or ended.get("outcome") not in FINISHED):
             # A disruption: from this attempt's last event to the next one holding its slices. (After
-            # an attempt that finished, a later submission of the run is no recovery: OTHER.)
-            disruptions += 1
+            # an attempt that finished, a later submission of the run is no recovery: OTHER. A
+            # resize is the run's own choice, not a fault, but its restart costs the same way.)
+            if ended is not None and ended.get("outcome") == "resized":
+                resizes += 1
+            else:
+                disruptions += 1
             stop = float(next((e for e in reversed(evs) if e["event"] not in DRIVER_ENDS), evs[0])["t"])
             nxt_first = {e["event"]: e for e in reversed(nxt)}
             resume_at = nxt_first.get("reserved", nxt_first.get("attempt_start", nxt[0]))
@@ -280,6 +305,9 @@ def account(events: Iterable[Mapping[str, Any]], now: float | None = None) -> Go
                 steps=(int(steps[0]["step"]), int(steps[-1]["step"])) if steps else None,
                 outcome=None if ended is None else str(ended.get("outcome")),
                 end=None if ended is None else float(ended["t"]) - t0,
+                slices=first["attempt_start"].get("slices") if "attempt_start" in first else None,
+                hosts=first["attempt_start"].get("hosts") if "attempt_start" in first else None,
+                notice=_stopped_by(evs),
             )
         )
     wall = end - t0
@@ -293,4 +321,21 @@ def account(events: Iterable[Mapping[str, Any]], now: float | None = None) -> Go
         disruptions=disruptions,
         last_step=last_step,
         finished=finished,
+        resizes=resizes,
     )
+
+
+def _stopped_by(evs: Sequence[Mapping[str, Any]]) -> str | None:
+    """What a preemption notice or a resize did in one attempt, in a few words (pure)."""
+    saved = {int(e["step"]): float(e["seconds"]) for e in evs if e["event"] == "saved_now"}
+    for e in evs:
+        if e["event"] == "notice":
+            step = int(e["step"])
+            left = e.get("remaining_s")
+            told = f"preemption notice after step {step} ({'no deadline' if left is None else f'{float(left):.1f} s left'})"
+            return f"{told}: saved step {step} in {saved[step]:.1f} s" if step in saved else f"{told}: not saved ({e.get('why', '')})"
+        if e["event"] == "resize":
+            step = int(e["step"])
+            took = f" in {saved[step]:.1f} s" if step in saved else ""
+            return f"saved step {step}{took} to go on {e['slices']} slice(s)"
+    return None

@@ -1,7 +1,10 @@
 """What became of one run on a slice, as a small typed value, and the pure rules that decide it.
 
     Succeeded(value)          every host returned
-    HostLost(reason)          a host went away (preempted, died, or made no progress): rerun on a whole slice
+    Preempted(reason, saved_step) a host was preempted with a notice: the run saved `saved_step` inside
+                              it (None: no save fitted, the last checkpoint stands); rerun
+    HostLost(reason)          a host went away with no notice (died, or made no progress): rerun on a whole slice
+    Resized(reason, slices)   an elastic run saved at a step boundary to continue on `slices` slices: rerun
     Failed(reason, user_error) the program failed; a user error (an exception in the job's own code) is not
                               worth rerunning, an infrastructure failure (a crashed worker, a timeout) may be
     Cancelled(reason)         Ctrl-C, `ray job stop`, or a cancelled task: never rerun
@@ -39,6 +42,22 @@ class HostLost:
 
 
 @dataclass(frozen=True)
+class Preempted:
+    reason: str
+    saved_step: int | None = None  # the checkpoint saved on the notice, if one fitted in it
+
+    kind = "preempted"
+
+
+@dataclass(frozen=True)
+class Resized:
+    reason: str
+    slices: int  # how many whole slices the next attempt takes
+
+    kind = "resized"
+
+
+@dataclass(frozen=True)
 class Failed:
     reason: str
     user_error: bool
@@ -57,9 +76,13 @@ class Cancelled:
     kind = "cancelled"
 
 
-Outcome = Succeeded | HostLost | Failed | Cancelled
+Outcome = Succeeded | Preempted | HostLost | Resized | Failed | Cancelled
+OUTCOME_TYPES = (Succeeded, Preempted, HostLost, Resized, Failed, Cancelled)
 
 
+# Ray Train's error when a drained (preempted) node's workers ended, or its deadline passed, before
+# the training function returned: a preemption with notice, whose save (if any) the ledger holds.
+PREEMPTED_TYPES = frozenset({"PreemptionError"})
 # Exception class names (anywhere in the cause chain) that mean a host or its raylet went away.
 HOST_LOST_TYPES = frozenset(
     {
@@ -72,7 +95,6 @@ HOST_LOST_TYPES = frozenset(
         "ActorUnavailableError",
         "TaskPlacementGroupRemoved",
         "ActorPlacementGroupRemoved",
-        "PreemptionError",
         NoProgressError.__name__,
     }
 )
@@ -162,7 +184,7 @@ def _first_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
-def classify(error: BaseException, dead_hosts: Sequence[str] = ()) -> HostLost | Failed | Cancelled:
+def classify(error: BaseException, dead_hosts: Sequence[str] = ()) -> Preempted | HostLost | Failed | Cancelled:
     """The outcome an exception from a run means (pure). `dead_hosts` describes reserved hosts that
     were no longer alive when the run failed: whatever the exception says, that is a lost host."""
     chain = _chain(error)
@@ -173,10 +195,13 @@ def classify(error: BaseException, dead_hosts: Sequence[str] = ()) -> HostLost |
     for e in chain:
         if _type_names(e) & NO_SLICE_TYPES:
             return Failed(_first_line(e), user_error=False, no_slice=True)
+    for e in chain:  # Ray Train's preemption, or an actor on a node Ray drained (the notice came first)
+        if _type_names(e) & PREEMPTED_TYPES or getattr(e, "preempted", False) is True:
+            return Preempted(_first_line(e))
     if dead_hosts:
         return HostLost(f"lost {', '.join(dead_hosts)} ({_first_line(error)})")
     for e in chain:
-        if _type_names(e) & HOST_LOST_TYPES or getattr(e, "preempted", False) is True:
+        if _type_names(e) & HOST_LOST_TYPES:
             return HostLost(_first_line(e))
     for e in sorted(chain, key=lambda e: bool(_type_names(e) & WRAPPER_TYPES)):  # own messages first
         line = _peer_lost_line(e)

@@ -30,7 +30,7 @@ from jobs.runtime.deadlines import Deadline
 from jobs.runtime.inventory import SliceUnavailableError
 from jobs.runtime.labels import alive_of_pod_type
 from jobs.runtime.launch import JaxProcess, run_per_host
-from jobs.runtime.outcomes import Cancelled, Failed, HostLost, Outcome, Succeeded, classify
+from jobs.runtime.outcomes import OUTCOME_TYPES, Cancelled, Failed, HostLost, Outcome, Preempted, Resized, Succeeded, classify
 from jobs.runtime.reservation import Host, Reservation, reserve_slices
 
 _log = logging.getLogger("jobs.runtime").info
@@ -45,7 +45,7 @@ class RetryBudget:
     """How many reruns each kind of fault gets (`--max-preemptions`, `--max-failures`). A user error
     and a cancellation get none."""
 
-    max_preemptions: int = 3  # a host preempted, died, or silent past the step timeout
+    max_preemptions: int = 3  # a host preempted (with a notice or without), died, or silent past the step timeout
     max_failures: int = 0  # infrastructure failures: a crashed worker, a bounded wait that ran out
 
     @classmethod
@@ -100,8 +100,10 @@ def decide(outcome: Outcome, attempts: Sequence[Outcome], budget: RetryBudget) -
         return "a user error: not rerun (it would fail the same way)"
     if isinstance(outcome, Failed) and outcome.no_slice:
         return "no whole slice within --reserve-timeout: not rerun"
-    if isinstance(outcome, HostLost):
-        used = sum(isinstance(o, HostLost) for o in attempts)
+    if isinstance(outcome, Resized):  # an elastic run's planned stop at a step boundary: no fault
+        return None
+    if isinstance(outcome, HostLost | Preempted):
+        used = sum(isinstance(o, HostLost | Preempted) for o in attempts)
         limit, flag = budget.max_preemptions, "--max-preemptions"
     else:
         used = sum(isinstance(o, Failed) and not o.user_error for o in attempts)
@@ -162,7 +164,7 @@ def may_be_node_death(error: BaseException) -> bool:
     if isinstance(error, TimeoutError):
         return False
     outcome = classify(error)
-    return isinstance(outcome, HostLost) or (isinstance(outcome, Failed) and not outcome.user_error)
+    return isinstance(outcome, HostLost | Preempted) or (isinstance(outcome, Failed) and not outcome.user_error)
 
 
 INTERRUPTED = "interrupted (Ctrl-C or `ray job stop`)"
@@ -184,7 +186,7 @@ def attempt_outcome(
         return Cancelled(INTERRUPTED)
     except Exception as err:
         return classify_failure(err, hosts)
-    return value if isinstance(value, Succeeded | HostLost | Failed | Cancelled) else Succeeded(value)
+    return value if isinstance(value, OUTCOME_TYPES) else Succeeded(value)
 
 
 def retry(attempt_once: Callable[[int], Attempt], budget: RetryBudget, name: str, log: Callable[[str], None]) -> RunReport:
@@ -199,7 +201,10 @@ def retry(attempt_once: Callable[[int], Attempt], budget: RetryBudget, name: str
             if not isinstance(outcome, Succeeded):
                 log(f"{name}: {attempts[-1].describe()}; {why_not}")
             return RunReport(outcome, tuple(attempts))
-        log(f"{name}: {attempts[-1].describe()}; released the slice, rerunning on a whole one")
+        then = (
+            f"continuing on {outcome.slices} slice(s)" if isinstance(outcome, Resized) else "released the slice, rerunning on a whole one"
+        )
+        log(f"{name}: {attempts[-1].describe()}; {then}")
 
 
 @dataclass

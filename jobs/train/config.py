@@ -12,7 +12,7 @@ from typing import Any
 from jobs import cli
 from jobs.runtime import compile_cache, storage
 from jobs.runtime.reruns import RetryBudget
-from jobs.train import hf, hf_import, text
+from jobs.train import elastic, hf, hf_import, text
 from jobs.train.attention import IMPLEMENTATIONS
 from jobs.train.model import PRESETS, ModelConfig, param_count, with_overrides
 from jobs.train.remat import POLICIES
@@ -47,6 +47,16 @@ class TrainConfig:
     profile_steps: str = ""  # "A:B": trace steps A to B with JAX's profiler into <run>/profile/ (jobs.train.board)
     generation: str = ""  # the slices' TPU generation: which compiler flags the workers get (jobs.train.xla_flags)
     xla_flags: bool = True  # set them (--xla-flags off: not)
+    slices: int = 1  # the run's whole size (--slices)...
+    min_slices: int = 0  # ...and what it may shrink to (--min-slices; 0: never shrinks) (jobs.train.elastic)
+    resize_check_s: float = 60.0  # a shrunk run looks for idle whole slices this often (--resize-check)
+    attempt_slices: int = 0  # the slices this attempt runs on (set by the driver per attempt; 0: all)
+    pod_type: str = ""  # the slices' (an elastic run counts the idle ones of it)
+
+    @property
+    def accumulation(self) -> int:
+        """Micro-batches per step: the global batch kept on fewer slices (jobs.train.elastic)."""
+        return elastic.accumulation(self.slices, self.attempt_slices or self.slices)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
@@ -162,6 +172,22 @@ def _parser() -> cli.JobArgumentParser:
     g.add_argument("--checkpoint-every", type=cli.positive_int, default=10, metavar="STEPS")
     g.add_argument("--fsdp", type=cli.positive_int, default=None, help="parameter-sharding axis size (default: every chip of a slice)")
     g.add_argument("--seed", type=int, default=0)
+    g.add_argument(
+        "--min-slices",
+        type=cli.positive_int,
+        default=None,
+        metavar="K",
+        help="elastic: a run that loses a slice keeps training on >= K whole slices and grows back at a step boundary "
+        "(default: all --slices; see jobs.train.elastic)",
+    )
+    g.add_argument(
+        "--resize-check",
+        type=cli.positive_seconds,
+        default=60.0,
+        metavar="SECONDS",
+        help="elastic: how often a shrunk run looks for whole idle slices to grow onto (default 60, Ray Train's "
+        "elastic_resize_monitor_interval_s)",
+    )
     g.add_argument("--name", default=None, help="run name; the same name resumes (default: train-<pod type>-x<slices>)")
     g.add_argument(
         "--storage", default=None, help=f"checkpoint storage: a directory or gs://... (default: ${STORAGE_ENV}, else the env's bucket)"
@@ -363,6 +389,10 @@ def parse_config(
     devices = target.shape.jax_devices * target.slices
     if args.batch_size % devices:
         parser.error(f"argument --batch-size: {args.batch_size} must be a multiple of the {devices} chips of {target.describe()}")
+    min_slices = args.min_slices or target.slices
+    problem = elastic.size_problem(target.slices, min_slices)
+    if problem:
+        parser.error(f"argument --min-slices: {problem}")
     fsdp = args.fsdp or target.shape.jax_devices
     if target.shape.jax_devices % fsdp:
         parser.error(f"argument --fsdp: {fsdp} must divide the {target.shape.jax_devices} chips of a slice")
@@ -394,6 +424,10 @@ def parse_config(
         profile_steps=args.profile_steps or "",
         generation=target.shape.generation.name,
         xla_flags=args.xla_flags == "on",
+        slices=target.slices,
+        pod_type=target.shape.pod_type,
+        min_slices=min_slices,
+        resize_check_s=args.resize_check,
     )
     name = args.name or f"train-{target.shape.pod_type}-x{target.slices}"
     return target, config, name, storage_path, RetryBudget.from_args(args)

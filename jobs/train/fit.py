@@ -9,12 +9,13 @@ from collections.abc import Callable
 from dataclasses import asdict, replace
 from typing import Any
 
+from infra import disruption
 from jobs import cli
 from jobs.runtime import goodput, ledger, progress, storage
-from jobs.runtime.inventory import wait_for_slices
-from jobs.runtime.outcomes import Failed, NoProgressError, Succeeded, classify
+from jobs.runtime.inventory import cluster_inventory, wait_for_slices
+from jobs.runtime.outcomes import Failed, NoProgressError, Outcome, Preempted, Resized, Succeeded, classify
 from jobs.runtime.reruns import DEFAULT_RETRY_BUDGET, Attempt, RetryBudget, RunReport, attempt_outcome, retry, watched_hosts
-from jobs.train import checkpoints
+from jobs.train import checkpoints, elastic
 from jobs.train.board import Board
 from jobs.train.config import AlreadyTrained, StepMetrics, TrainConfig, TrainResult
 from jobs.train.model import ModelConfig
@@ -53,14 +54,18 @@ def run_training(
     def attempt_once(number: int) -> Attempt:
         started = time.monotonic()
         booked = book.attempt(number)
-        book.record("attempt_start", attempt=booked)
+        slices = attempt_slices(target, config)
+        book.record("attempt_start", attempt=booked, slices=slices, hosts=slices * target.shape.hosts)
+        on = replace(target, slices=slices)
         # Every host of the shape, not only those Ray Train will pick: the GCS may take seconds to
         # mark a killed host dead, and it must still count as this attempt's when it does.
         hosts = watched_hosts(ray.nodes(), target.shape)
         board = progress.start_board(target.hosts) if config.step_timeout_s else None
         outcome: Any = None
         try:
-            outcome = attempt_outcome(lambda: _fit(target, config, board, book, booked), hosts, passthrough=(AlreadyTrained,))
+            outcome = attempt_outcome(
+                lambda: _fit(on, replace(config, attempt_slices=slices), board, book, booked), hosts, passthrough=(AlreadyTrained,)
+            )
             stalls = _stalls(board, config.step_timeout_s) if isinstance(outcome, Failed) and not outcome.user_error else {}
             if stalls:  # a watchdog stopped its worker: a hang, not the crash its exit looks like
                 ranks = [f"Ray Train rank {r}" for r in range(target.hosts)]
@@ -78,6 +83,15 @@ def run_training(
     if report.ok:
         report = replace(report, outcome=Succeeded(_with_goodput(report.value, run_dir, log)))
     return report
+
+
+def attempt_slices(target: cli.SliceTarget, config: TrainConfig) -> int:
+    """How many whole slices the next attempt takes: all of them, or (elastic) the most that are idle
+    now, at least --min-slices (the attempt then waits, bounded, for those)."""
+    if config.min_slices in (0, config.slices):
+        return target.slices
+    idle = sum(1 for s in cluster_inventory(target.shape)[0] if s.idle)
+    return elastic.pick(config.slices, config.min_slices, idle) or config.min_slices
 
 
 def _with_goodput(result: TrainResult, run_dir: str, log: Callable[[str], None]) -> TrainResult:
@@ -135,9 +149,10 @@ def ray_train_configs(target: cli.SliceTarget, name: str, storage_path: str) -> 
     return scaling, run_config
 
 
-def _fit(target: cli.SliceTarget, config: TrainConfig, board: Any, book: ledger.Ledger, attempt: int) -> TrainResult:
+def _fit(target: cli.SliceTarget, config: TrainConfig, board: Any, book: ledger.Ledger, attempt: int) -> TrainResult | Outcome:
     """One Ray Train run of `config.run_name` in `config.storage_path`: wait (bounded) for whole idle
-    slices, fit, return the summary."""
+    slices, fit, return the summary (or the attempt's outcome when the workers stopped it early: a
+    preemption notice, an elastic resize)."""
     from ray.train.v2.jax import JaxTrainer
 
     from jobs.train.text import text_dataset
@@ -150,8 +165,12 @@ def _fit(target: cli.SliceTarget, config: TrainConfig, board: Any, book: ledger.
     # host gives our error (which hosts are there) rather than an endless rescheduling loop...
     wait_for_slices(shape, target.slices, timeout)
     book.record("reserved", attempt=attempt)
-    # ...and bound Ray Train's own wait by what is left (the controller reads this variable).
+    # ...and bound Ray Train's own wait by what is left (the controller reads this variable), and
+    # let its preemption watcher poll the GCS's drains, and its controller its workers, every second
+    # (not every 5 and 2: infra.disruption).
     os.environ["RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"] = str(max(30.0, timeout - (time.monotonic() - started)))
+    os.environ["RAY_TRAIN_PREEMPTION_POLL_INTERVAL_S"] = str(disruption.PREEMPTION_POLL_S)
+    os.environ["RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"] = str(disruption.RAY_TRAIN_HEALTH_CHECK_S)
 
     scaling, run_config = ray_train_configs(target, name, storage_path)
     cfg = ModelConfig(**config.model)
@@ -170,6 +189,12 @@ def _fit(target: cli.SliceTarget, config: TrainConfig, board: Any, book: ledger.
     except BaseException:
         book.record("fit_failed", attempt=attempt)  # when Ray Train gave up: the lost host noticed
         raise
+    returned = getattr(result, "return_value", None)  # rank 0's: why it stopped early (Ray Train v2's Result)
+    stopped = returned if isinstance(returned, dict) else {}
+    if stopped.get("preempted"):  # the workers saved on a notice (or could not) and stopped
+        return Preempted(f"preemption notice at step {stopped['step']}: {stopped['why']}", stopped.get("saved_step"))
+    if stopped.get("resized"):
+        return Resized(f"saved at step {stopped['step']}: {stopped['why']}", int(stopped["slices"]))
     reported = result.metrics or {}
     if reported.get("already_done"):
         raise AlreadyTrained(f"run {name!r} is already at step {reported['step']} (>= --steps); pass more --steps or another --name")

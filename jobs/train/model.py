@@ -360,15 +360,18 @@ def make_optimizer(learning_rate: float, warmup_steps: int, total_steps: int):
     return optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(schedule, weight_decay=0.01))
 
 
-def train_step_with_metrics(optimizer, cfg: ModelConfig, compute_dtype=None):
+def train_step_with_metrics(optimizer, cfg: ModelConfig, compute_dtype=None, accum: int = 1):
     """The step every worker compiles: (params, opt_state, tokens [batch, seq_len + 1]) ->
-    (params, opt_state, {loss, grad_norm}) (the gradients' global norm, before clipping).
-    Sharding is the caller's (`jax.jit`'s in/out shardings)."""
-    import jax
+    (params, opt_state, {loss, grad_norm}) (the gradients' global norm, before clipping), the
+    batch taken as `accum` micro-batches (jobs.train.accumulate). Sharding is the caller's."""
     import optax
 
+    from jobs.train import accumulate
+
+    value_and_grad = accumulate.value_and_grad(loss_fn, accum)
+
     def step(params, opt_state, tokens):
-        loss, grads = jax.value_and_grad(loss_fn)(params, tokens, cfg, compute_dtype)
+        loss, grads = value_and_grad(params, tokens, cfg, compute_dtype)
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, {"loss": loss, "grad_norm": optax.global_norm(grads)}
 

@@ -80,7 +80,7 @@ class ShardedState:
 
         self.grad_norm = 0.0  # the last step's, before clipping
         self._step = jax.jit(
-            train_step_with_metrics(self.optimizer, self.cfg, self.compute_dtype),
+            train_step_with_metrics(self.optimizer, self.cfg, self.compute_dtype, accum=config.accumulation),
             in_shardings=(param_sharding, opt_sharding, self.batch_sharding),
             out_shardings=(param_sharding, opt_sharding, replicated),
             donate_argnums=(0, 1),

@@ -15,7 +15,7 @@ from dataclasses import asdict, replace
 from typing import Any
 
 from jobs.runtime import compile_cache, ledger, progress, storage
-from jobs.train import checkpoints, xla_flags
+from jobs.train import checkpoints, elastic, notice, xla_flags
 from jobs.train.board import Board, ProfileWindow, parse_steps
 from jobs.train.config import StepMetrics, TrainConfig, mfu
 from jobs.train.data import synthetic_batches
@@ -56,8 +56,10 @@ def _first_step_over_processes(entered: float, done: float, cache_hits: int) -> 
     return latest(0), latest(2), int(rows[:, 4].sum())
 
 
-def train_loop_per_worker(config_dict: dict[str, Any]) -> None:
-    """The SPMD program every Ray Train worker runs (one per host; jax.distributed is set up)."""
+def train_loop_per_worker(config_dict: dict[str, Any]) -> dict[str, Any] | None:
+    """The SPMD program every Ray Train worker runs (one per host; jax.distributed is set up). Returns
+    why it stopped early (a preemption notice, an elastic resize), which rank 0's return value
+    carries to the driver (`Result.return_value`), else None."""
     import ray.train
 
     # Rank 0's timeline (wall clock), for the benchmark's "submit -> first step" breakdown.
@@ -76,12 +78,13 @@ def train_loop_per_worker(config_dict: dict[str, Any]) -> None:
 
     note("workers_started")
     with progress.StepWatchdog(config.step_timeout_s, board=config_dict.get(BOARD_KEY), process_id=rank) as watchdog:
-        _train(config, rank, watchdog, timeline, note)
+        return _train(config, rank, watchdog, timeline, note)
 
 
-def _train(config: TrainConfig, rank: int, watchdog: progress.StepWatchdog, timeline: dict[str, float], note: Any) -> None:
+def _train(config: TrainConfig, rank: int, watchdog: progress.StepWatchdog, timeline: dict[str, float], note: Any) -> dict[str, Any] | None:
     import jax
     import ray.train
+    from ray.train import collective
 
     cache_events = compile_cache.CacheEvents()
     context = ray.train.get_context()
@@ -159,7 +162,7 @@ def _train(config: TrainConfig, rank: int, watchdog: progress.StepWatchdog, time
         say(f"[train] the checkpoint is already at step {start_step}; nothing to do")
         ray.train.report({"step": start_step, "start_step": start_step, "already_done": True})
         manager.close()
-        return
+        return None
 
     # What the checkpoint's meta records: the tokenizer (for jobs.export) and the model it was
     # initialized from; a resumed run keeps its first run's note.
@@ -178,12 +181,16 @@ def _train(config: TrainConfig, rank: int, watchdog: progress.StepWatchdog, time
     hit_hosts = 0  # hosts whose step came from the persistent cache
     stalls: list[float] = []
     saved: int | None = None  # the newest step whose save has started
+    committed_step: int | None = start_step or None  # the newest step known committed
+    timer = notice.SaveTimer()  # how long saves take, for a notice's decision
+    grow = _GrowthCheck(config, rank)
     if batches is None:
         stream: Iterator[dict[str, Any]] = synthetic_batches(
             start_step, config.global_batch, rank, local_batch, state.cfg.seq_len, state.cfg.vocab
         )
     else:
         stream = itertools.chain([first] if first is not None else [], batches)
+    stop: dict[str, Any] | None = None  # why the loop stopped early, for the driver
     for step in range(start_step, config.steps):
         waited = time.perf_counter()
         batch = next(stream, None)  # _epochs never ends; a stream that does ends the run early
@@ -216,7 +223,7 @@ def _train(config: TrainConfig, rank: int, watchdog: progress.StepWatchdog, time
         if step == start_step:  # every host's, once: when the slice was training, and which hosts compiled
             first_step_at, first_step_done_at, hit_hosts = _first_step_over_processes(first_step_at, time.time(), cache_hits)
             once = {"hit_hosts": hit_hosts, "hosts": jax.process_count()}
-        note("step", step=step + 1, seconds=times[-1], data_s=data_s, **once)
+        note("step", step=step + 1, seconds=times[-1], data_s=data_s, loss=losses[-1], **once)
         watchdog.beat(step + 1)
         say(f"[train] step {step + 1}/{config.steps} loss {losses[-1]:.4f} ({times[-1] * 1e3:.0f} ms)")
 
@@ -250,7 +257,8 @@ def _train(config: TrainConfig, rank: int, watchdog: progress.StepWatchdog, time
             committed = saved  # save() below waits for the previous save: that one is then committed
             begin = time.perf_counter()
             checkpoints.save(manager, step + 1, state.params, state.opt_state, state.cfg.to_dict(), **notes)
-            saved = step + 1
+            timer.started()
+            committed_step, saved = committed or committed_step, step + 1
             stalls.append(time.perf_counter() - begin)  # what the loop waits for; the writing goes on
             note("save", step=step + 1, stall_s=stalls[-1])
             if done:
@@ -266,10 +274,86 @@ def _train(config: TrainConfig, rank: int, watchdog: progress.StepWatchdog, time
                 checkpoint_upload_mode=ray.train.CheckpointUploadMode.NO_UPLOAD,
             )
             watchdog.beat(f"checkpoint at step {step + 1}")
+            if done:
+                break
+        in_progress = manager.is_saving_in_progress()
+        timer.poll(in_progress)
+        committed_step = saved if saved is not None and not in_progress else committed_step
+        # A preemption notice, or (elastic, on fewer slices) whole idle slices to grow onto: save
+        # this step, tell the driver, and end the attempt here (every rank learns it at this step).
+        info = ray.train.get_preemption_info()  # a barrier: every rank gets the same answer
+        stop = None
+        if info is not None:
+            left = notice.remaining_s(info.deadline_ms, time.time())
+            plan = collective.broadcast_from_rank_zero(
+                notice.plan_on_notice(step + 1, left, timer.longest_s, committed_step, saved if in_progress else None)
+            )
+            say(f"[train] preemption notice at step {step + 1} ({'no deadline' if left is None else f'{left:.1f} s left'}): {plan.why}")
+            note("notice", step=step + 1, remaining_s=left, save=plan.save, why=plan.why)
+            stop = {"preempted": True, "saved_step": None, "why": plan.why}
+            if plan.save:
+                stop["saved_step"] = _save_now(manager, step + 1, saved, state, notes, timer, note)
+                saved = committed_step = step + 1
+        elif (growth := grow.check(step + 1)) is not None and growth.grow:
+            say(f"[train] {growth.why}: saving step {step + 1} and restarting on {growth.slices} slices")
+            note("resize", step=step + 1, slices=growth.slices, why=growth.why)
+            _save_now(manager, step + 1, saved, state, notes, timer, note)
+            saved = committed_step = step + 1
+            stop = {"resized": True, "slices": growth.slices, "why": growth.why}
+        if stop is not None:
+            stop = {"step": step + 1, "start_step": start_step, **stop}
+            if saved == committed_step == step + 1:  # Ray Train registers the checkpoint saved here
+                ray.train.report(
+                    stop,
+                    checkpoint=_pointer(step + 1) if rank == 0 else None,
+                    checkpoint_upload_mode=ray.train.CheckpointUploadMode.NO_UPLOAD,
+                )
+            break
     manager.wait_until_finished()  # a stream that ended early leaves its last save in flight
     manager.close()
     board.close()
     cache_events.close()
+    return stop
+
+
+def _save_now(manager: Any, step: int, saved: int | None, state: ShardedState, notes: dict[str, str], timer: Any, note: Any) -> int:
+    """Save `step` (unless its save is already under way) and wait for its commit; the step."""
+    begin = time.perf_counter()
+    if saved != step:
+        checkpoints.save(manager, step, state.params, state.opt_state, state.cfg.to_dict(), **notes)
+    manager.wait_until_finished()
+    seconds = time.perf_counter() - begin
+    timer.measured(seconds)
+    note("save", step=step, stall_s=seconds)
+    note("saved_now", step=step, seconds=seconds)
+    return step
+
+
+class _GrowthCheck:
+    """Whether an elastic run on fewer than its slices can grow (every rank calls `check` at every
+    step boundary while shrunk: a collective; rank 0 looks at the cluster every `resize_check_s`)."""
+
+    def __init__(self, config: TrainConfig, rank: int) -> None:
+        self.config = config
+        self.rank = rank
+        self.running = config.attempt_slices or config.slices
+        self.last = time.monotonic()
+
+    def check(self, step: int) -> elastic.GrowPlan | None:
+        if self.running >= self.config.slices:
+            return None
+        plan = None
+        if self.rank == 0 and time.monotonic() - self.last >= self.config.resize_check_s:
+            from infra import catalog
+            from jobs.runtime.inventory import cluster_inventory
+
+            self.last = time.monotonic()
+            model = catalog.shape_for_pod_type(self.config.pod_type)
+            idle = sum(1 for s in cluster_inventory(model)[0] if s.idle)
+            plan = elastic.plan_growth(self.running, self.config.slices, self.config.min_slices, idle)
+        from ray.train import collective
+
+        return collective.broadcast_from_rank_zero(plan)
 
 
 def _compile_counted(state: ShardedState, events: compile_cache.CacheEvents) -> tuple[float, float, int, int]:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +20,7 @@ from ray.cluster_utils import Cluster
 
 from infra import catalog
 from jobs.local import host_env
+from jobs.local.faults import give_notice
 from jobs.runtime.auth import use_token
 
 # The one whole slice the cluster tests share (tests/jobs/conftest.py: `shared_slice`).
@@ -52,6 +55,33 @@ class SimCluster:
         stopped 30 s after the notice; GKE docs, "Spot VMs" and "preemptible VMs", read 2026-12-05),
         so the raylet leaves the cluster itself."""
         self.cluster.remove_node(self.nodes.pop((slice_name, worker_id)), allow_graceful=graceful)
+
+    def preempt_host(
+        self, host: SimHost, notice_s: float, back_after_s: float | None = None, kill_after_s: float | None = None
+    ) -> threading.Thread:
+        """What GKE does to a preempted node, as `python -m jobs.local kill-host --notice` does it (the
+        same `give_notice`): a preemption drain of the host with the notice's deadline, then SIGKILL
+        of whatever is left when it runs out (a drained host whose work has ended stops by itself
+        first), in the background; the thread doing that is returned. `kill_after_s` (default: the
+        notice) stops it later than Ray's drain deadline says, as a pod's grace period longer than
+        its drain would. With `back_after_s`, this waits for the kill and starts a fresh host that
+        long after it (on this thread: Ray's nodes start on the main thread only)."""
+        node = self.nodes[(host.slice_name, host.worker_id)]
+        give_notice(node.node_id, notice_s)  # type: ignore[attr-defined]
+        kill_at = time.monotonic() + (notice_s if kill_after_s is None else kill_after_s)
+
+        def rest() -> None:
+            while time.monotonic() < kill_at and not any(t == "raylet" for t, _ in node.dead_processes()):  # type: ignore[attr-defined]
+                time.sleep(0.1)
+            self.cluster.remove_node(self.nodes.pop((host.slice_name, host.worker_id)), allow_graceful=False)
+
+        thread = threading.Thread(target=rest, daemon=True)
+        thread.start()
+        if back_after_s is not None:
+            thread.join()
+            time.sleep(back_after_s)
+            self.add_host(host)
+        return thread
 
     def add_host(self, host: SimHost) -> None:
         """Start a raylet for `host` (GKE recreating a lost TPU VM with the same name and id)."""
@@ -91,12 +121,14 @@ def use_test_token() -> None:
 
 
 @contextlib.contextmanager
-def simulated_cluster(hosts: Sequence[SimHost], head_cpus: int = 4) -> Iterator[SimCluster]:
+def simulated_cluster(hosts: Sequence[SimHost], head_cpus: int = 4, system_config: dict | None = None) -> Iterator[SimCluster]:
     """Start a head plus one raylet per host, connect the driver (from whatever cluster it was
-    connected to: `shared_slice` reconnects it), and always tear it all down."""
+    connected to: `shared_slice` reconnects it), and always tear it all down. `system_config`: Ray
+    settings of the head (e.g. `infra.disruption.HEALTH.system_config()`, the manifests' health checks)."""
     ray.shutdown()
     use_test_token()
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": head_cpus, "object_store_memory": 128 * 2**20})
+    head = {"num_cpus": head_cpus, "object_store_memory": 128 * 2**20, **({"_system_config": system_config} if system_config else {})}
+    cluster = Cluster(initialize_head=True, head_node_args=head)
     sim = SimCluster(cluster)
     try:
         for host in hosts:

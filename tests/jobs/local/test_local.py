@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -76,13 +78,59 @@ def test_a_second_up_is_refused_while_one_runs(cluster):
         local.up(SHAPE, 1, cluster.state_dir)
 
 
+def kill_host_cli(state_dir: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "jobs.local", "kill-host", "--state-dir", state_dir, *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_kill_host_preempts_a_host_with_its_notice_and_a_fresh_one_comes_back(cluster):
+    """What GKE does to a preempted node: SIGTERM, a preemption drain (the GCS records the node's
+    death as drained for preemption), and with --back-after a new host."""
+    refused = kill_host_cli(cluster.state_dir, "--slice", "1", "--host", "0")
+    assert refused.returncode == 2 and "argument --slice: 1 is not a slice of the cluster" in refused.stderr
+    started = time.monotonic()
+    done = kill_host_cli(cluster.state_dir, "--slice", "0", "--host", "0", "--notice", "5", "--back-after", "1")
+    assert done.returncode == 0, done.stderr
+    assert "preempted sim-v6e-4-0 worker 0 with a 5 s notice" in done.stdout
+    assert time.monotonic() - started < 30  # it returns once the host is signalled
+    gone = next(n for n in cluster.nodes if n.role == "host")
+
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        st = local.status(cluster.state_dir)
+        if st is not None and st.healthy and processes.alive(st.cluster.nodes[-1].pid) and st.cluster.nodes[-1].pid != gone.pid:
+            break
+        time.sleep(0.5)
+    assert st is not None and st.healthy, st
+    assert not processes._group_alive(gone.pid)  # the preempted host is gone, a new one in its place
+    assert [n.role for n in st.cluster.nodes] == ["head", "host"]
+
+    from jobs.local.env import ray_env
+    from jobs.runtime.auth import use_environment
+
+    use_environment(ray_env(cluster.state_dir))
+    ray.init(address=cluster.gcs_address, logging_level="warning", log_to_driver=False)
+    try:
+        dead = [n for n in ray.nodes() if not n["Alive"]]
+    finally:
+        ray.shutdown()
+    # Drained for preemption, not killed: the GCS records the drain's reason (Ray's own drain on
+    # SIGTERM, or the notice's deadline given over it when the host was still busy).
+    from ray.core.generated import common_pb2
+
+    assert [n["DeathReason"] for n in dead] == [common_pb2.NodeDeathInfo.AUTOSCALER_DRAIN_PREEMPTED], dead
+    assert dead[0]["DeathReasonMessage"] in ("Node received SIGTERM; draining before shutdown.", "preemption notice of 5 s (simulated)")
+
+
 def test_down_stops_every_node_and_forgets_the_cluster(cluster):
     stopped = local.down(cluster.state_dir)
-    assert stopped == cluster
+    assert stopped is not None and stopped.gcs_address == cluster.gcs_address  # its hosts may be new (kill-host)
+    nodes = {*cluster.nodes, *stopped.nodes}
     deadline = time.monotonic() + 30
-    while any(processes._group_alive(n.pid) for n in cluster.nodes) and time.monotonic() < deadline:
+    while any(processes._group_alive(n.pid) for n in nodes) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not any(processes._group_alive(n.pid) for n in cluster.nodes)
+    assert not any(processes._group_alive(n.pid) for n in nodes)
     assert local.LocalCluster.load(cluster.state_dir) is None
     assert local.status(cluster.state_dir) is None
     assert local.down(cluster.state_dir) is None  # idempotent

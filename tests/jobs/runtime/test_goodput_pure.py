@@ -130,3 +130,50 @@ def test_a_resubmission_after_success_is_no_disruption():
     assert g.badput_s[B.WASTED_PROGRESS_FROM_DISRUPTION] == 0.0
     assert g.badput_s[B.OTHER] >= 99.0  # the 99 s between the submissions
     assert total(g) == pytest.approx(g.wall_s)
+
+
+def test_a_save_on_the_notice_wastes_nothing_and_the_timeline_says_what_happened():
+    from jobs.goodput import timeline
+
+    first, t = attempt_events(1, 0.0, range(1, 8), first_s=5.0, step_s=1.0, every=5)  # saved at 5, notice after 7
+    first[0]["slices"], first[0]["hosts"] = 2, 4
+    first += [
+        ev(t + 0.1, "notice", step=7, remaining_s=11.5, save=True, why="saving step 7"),
+        ev(t + 0.5, "save", step=7, stall_s=0.4),
+        ev(t + 0.5, "saved_now", step=7, seconds=0.4),
+        ev(t + 1.0, "attempt_end", outcome="preempted"),
+    ]
+    second, t2 = attempt_events(2, t + 3.0, range(8, 11), first_s=1.5, step_s=1.0, every=5, restored=7)
+    second[0]["slices"], second[0]["hosts"] = 2, 4
+    second.append(ev(t2 + 1.0, "attempt_end", 2, outcome="succeeded"))
+    g = account(first + second)
+    assert g.disruptions == 1 and g.last_step == 10
+    assert g.badput_s[B.WASTED_PROGRESS_FROM_DISRUPTION] == 0.0  # the next attempt restored step 7, the last one run
+    text = timeline(g)
+    assert "on 2 slice(s), 4 hosts; preemption notice after step 7 (11.5 s left): saved step 7 in 0.4 s" in text
+    assert total(g) == pytest.approx(g.wall_s)
+
+
+def test_a_notice_too_short_for_a_save_is_shown_as_such():
+    from jobs.goodput import timeline
+
+    first, t = attempt_events(1, 0.0, range(1, 8), first_s=5.0, step_s=1.0, every=5)
+    first += [ev(t + 0.1, "notice", step=7, remaining_s=0.0, save=False, why="the notice's deadline has passed: resuming from step 5")]
+    first.append(ev(t + 1.0, "attempt_end", outcome="preempted"))
+    g = account(first)
+    assert "preemption notice after step 7 (0.0 s left): not saved (the notice's deadline has passed: resuming from step 5)" in timeline(g)
+    assert g.badput_s[B.WASTED_PROGRESS_FROM_DISRUPTION] == pytest.approx(2.0)  # steps 6-7, past the last save
+
+
+def test_an_elastic_resize_is_counted_as_a_resize_not_a_disruption():
+    first, t = attempt_events(1, 0.0, range(1, 11), first_s=5.0, step_s=1.0, every=5)
+    first[0]["slices"], first[0]["hosts"] = 1, 2
+    first += [ev(t + 0.1, "resize", step=10, slices=2, why="1 whole idle slice(s): growing from 1 to 2 slices")]
+    first += [ev(t + 0.5, "saved_now", step=10, seconds=0.4), ev(t + 1.0, "attempt_end", outcome="resized")]
+    second, t2 = attempt_events(2, t + 2.0, range(11, 13), first_s=1.5, step_s=1.0, every=5, restored=10)
+    second.append(ev(t2 + 1.0, "attempt_end", 2, outcome="succeeded"))
+    g = account(first + second)
+    assert (g.disruptions, g.resizes) == (0, 1)
+    assert g.attempts[0].notice == "saved step 10 in 0.4 s to go on 2 slice(s)"
+    assert g.badput_s[B.WASTED_PROGRESS_FROM_DISRUPTION] == 0.0
+    assert g.badput_s[B.INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION] > 0  # the restart still costs

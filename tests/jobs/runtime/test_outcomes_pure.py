@@ -26,7 +26,7 @@ from ray.train.v2.api.preemption import PreemptionInfo
 
 from infra import catalog
 from jobs.runtime.inventory import SliceInventory, SliceUnavailableError, describe_unavailable
-from jobs.runtime.outcomes import Cancelled, Failed, HostLost, NoProgressError, Succeeded, classify
+from jobs.runtime.outcomes import Cancelled, Failed, HostLost, NoProgressError, Preempted, Succeeded, classify
 from jobs.runtime.reservation import ReservationError
 
 
@@ -132,8 +132,6 @@ HOST_LOST_CASES = [
     pytest.param(rx.ObjectLostError("cd" * 14, None, ""), "ObjectLostError: ", id="object-lost"),
     pytest.param(rx.ActorUnavailableError("restarting", None), "ActorUnavailableError: ", id="actor-unavailable"),
     pytest.param(rx.TaskPlacementGroupRemoved(), "TaskPlacementGroupRemoved: ", id="placement-group-removed"),
-    pytest.param(actor_died(preempted=True), "ActorDiedError: The actor died unexpectedly", id="actor-died-preempted"),
-    pytest.param(rx.RayActorError(preempted=True), "RayActorError: ", id="actor-error-preempted"),
     pytest.param(NoProgressError("no progress within --step-timeout 30s"), "NoProgressError: no progress", id="no-progress"),
     # Collateral errors: the peers of a lost host fail in the collective or the coordination service.
     pytest.param(
@@ -171,6 +169,24 @@ def test_a_lost_host_and_its_collateral_errors_are_host_lost(error, reason_start
     assert isinstance(outcome, HostLost), outcome
     assert outcome.kind == "host-lost"
     assert outcome.reason.startswith(reason_start), outcome.reason
+
+
+# A node Ray drained (the SIGTERM of a preemption notice or an eviction) before it went: preempted,
+# a kind of its own beside a host lost with no notice, under the same --max-preemptions.
+PREEMPTED_CASES = [
+    pytest.param(actor_died(preempted=True), "ActorDiedError: The actor died unexpectedly", id="actor-died-preempted"),
+    pytest.param(rx.RayActorError(preempted=True), "RayActorError: ", id="actor-error-preempted"),
+]
+
+
+@pytest.mark.parametrize("error, reason_start", PREEMPTED_CASES)
+def test_a_host_lost_after_its_notice_is_preempted_not_host_lost(error, reason_start):
+    outcome = classify(error)
+    assert isinstance(outcome, Preempted), outcome
+    assert outcome.kind == "preempted" and outcome.saved_step is None
+    assert outcome.reason.startswith(reason_start), outcome.reason
+    # Its node is gone by the time the driver looks: the notice still decides.
+    assert isinstance(classify(error, dead_hosts=DEAD), Preempted)
 
 
 INFRA_FAILURE_CASES = [
@@ -385,14 +401,6 @@ def test_a_marker_word_in_a_training_traceback_only_does_not_make_a_user_error_a
 
 RAY_TRAIN_HOST_LOST_CASES = [
     pytest.param(
-        preemption_error(), "PreemptionError: Training was interrupted by node preemption (preempted_ranks=[2, 3]", id="preemption"
-    ),
-    pytest.param(
-        worker_group_error({1: health_check_failed(actor_died(preempted=True))}),
-        "ActorDiedError: The actor died unexpectedly",
-        id="worker-on-a-preempted-node",
-    ),
-    pytest.param(
         worker_group_error(
             {
                 0: user_exception(_train_step, "DEADLINE_EXCEEDED: Barrier timed out. Id: step_12", XlaRuntimeError),
@@ -419,6 +427,25 @@ RAY_TRAIN_HOST_LOST_CASES = [
         id="node-died-under-the-controller",
     ),
 ]
+
+
+RAY_TRAIN_PREEMPTED_CASES = [
+    pytest.param(
+        preemption_error(), "PreemptionError: Training was interrupted by node preemption (preempted_ranks=[2, 3]", id="preemption"
+    ),
+    pytest.param(
+        worker_group_error({1: health_check_failed(actor_died(preempted=True))}),
+        "ActorDiedError: The actor died unexpectedly",
+        id="worker-on-a-preempted-node",
+    ),
+]
+
+
+@pytest.mark.parametrize("error, reason_start", RAY_TRAIN_PREEMPTED_CASES)
+def test_ray_trains_preemption_errors_are_preempted(error, reason_start):
+    outcome = classify(error)
+    assert isinstance(outcome, Preempted), outcome
+    assert outcome.reason.startswith(reason_start), outcome.reason
 
 
 @pytest.mark.parametrize("error, reason_start", RAY_TRAIN_HOST_LOST_CASES)

@@ -459,3 +459,22 @@ def test_attempt_outcome_turns_each_error_into_the_outcome_it_means():
 def test_attempt_outcome_lets_passthrough_errors_propagate():
     with pytest.raises(_Stop):
         attempt_outcome(_raise(_Stop()), passthrough=(_Stop,))
+
+
+def test_preempted_and_lost_hosts_share_the_max_preemptions_budget():
+    from jobs.runtime.outcomes import Preempted
+
+    noticed = Preempted("preemption notice at step 23: saving step 23", saved_step=23)
+    budget = RetryBudget(max_preemptions=2, max_failures=0)
+    assert rerun_after([noticed], budget) and rerun_after([LOST, noticed], budget)
+    why = decide(noticed, [LOST, noticed, noticed], budget)
+    assert why is not None and "--max-preemptions 2" in why
+
+
+def test_an_elastic_resize_always_reruns_and_costs_no_budget():
+    from jobs.runtime.outcomes import Resized
+
+    grown = Resized("saved at step 40: growing from 1 to 2 slices", slices=2)
+    none = RetryBudget(max_preemptions=0, max_failures=0)
+    assert rerun_after([grown], none) and rerun_after([grown, grown, grown], none)
+    assert rerun_after([LOST, grown], RetryBudget(max_preemptions=1, max_failures=0))  # the loss counted once
