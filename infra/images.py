@@ -102,6 +102,19 @@ PROJECT_TPU_IMAGE_FORM = (
 )
 
 
+_PROJECT_SERVE_IMAGE = re.compile(rf"^[^/]+/[^/]+/{ARTIFACT_REPOSITORY}/{SERVE_IMAGE}[:@]")
+PROJECT_SERVE_IMAGE_FORM = (
+    f"<registry>/{ARTIFACT_REPOSITORY}/{SERVE_IMAGE}:<tag> or <registry>/{ARTIFACT_REPOSITORY}/{SERVE_IMAGE}@sha256:<digest>, "
+    f"e.g. us-docker.pkg.dev/PROJECT/{ARTIFACT_REPOSITORY}/{SERVE_IMAGE}:dev (`make images` writes the digest to build/images/serve.ref)"
+)
+
+
+def is_project_serve_image(image: str) -> bool:
+    """Whether `image` is the project's serving image (images/serve.Dockerfile: vLLM, Ray Data's LLM
+    processor and the repo's code), which batch inference runs in."""
+    return bool(_PROJECT_SERVE_IMAGE.match(image))
+
+
 def is_project_tpu_image(image: str) -> bool:
     """Whether `image` is the project's TPU image (which carries `jobs.train.REQUIREMENTS`)."""
     return bool(_PROJECT_TPU_IMAGE.match(image))

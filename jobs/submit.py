@@ -42,7 +42,9 @@ from jobs.client.port_forward import port_forward
 from jobs.client.uploads import runtime_env
 from jobs.runtime.auth import use_token
 
-WORKLOADS = ("healthcheck", "train")
+WORKLOADS = ("healthcheck", "train", "batch")
+# Workloads that run vLLM: their RayJob runs the serving image (--serve-image), not the TPU image.
+SERVING_WORKLOADS = ("batch",)
 
 
 def shape_args(env: Environment, group: SliceGroup | None = None, slices: int | None = None) -> list[str]:
@@ -173,6 +175,14 @@ def rayjob_docs(env: Environment, args: argparse.Namespace) -> list[dict]:
 
     group = rayjob_group(env, args.slice_group)
     priority = priority_of(env, args.priority)
+    image = None
+    if args.job in SERVING_WORKLOADS:
+        image = getattr(args, "serve_image", None) or getattr(env.serving, "image", None)
+        if not image:
+            raise RayJobError(
+                f"--serve-image: a {args.job} RayJob runs vLLM, which lives in the serving image; pass --serve-image "
+                "(e.g. $(cat build/images/serve.ref) after `make images`), or set serving.image in the environment"
+            )
     name = args.name or f"{args.job}-{secrets.token_hex(4)}"
     if problems := checks.rayjob_name(name):
         raise RayJobError(f"--name: {problems[0]}")
@@ -190,8 +200,9 @@ def rayjob_docs(env: Environment, args: argparse.Namespace) -> list[dict]:
         pre_running_deadline_s=int(args.pre_running_deadline),
         ttl_after_finished_s=int(args.ttl),
         env_vars={**env.ray.job_env_vars, **dict(kv.split("=", 1) for kv in args.env_var)},
-        pip=tuple(dict.fromkeys([*env.ray.job_pip, *job_requirements(env, group.generation, requirements)])),
+        pip=() if image else tuple(dict.fromkeys([*env.ray.job_pip, *job_requirements(env, group.generation, requirements)])),
         priority=priority,
+        image=image,
     )
     docs = rayjob_manifests(env, request)
     job = docs[-1]
@@ -283,6 +294,12 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         help="the image the cluster's TPU hosts run, when not the config's (ray.tpu_images): the project's own "
         "(images/tpu.Dockerfile) already carries the jobs' requirements, so the job installs none",
     )
+    parser.add_argument(
+        "--serve-image",
+        metavar="REF",
+        help="the image a batch RayJob runs (vLLM lives there), when not the config's serving.image: the project's own "
+        "(images/serve.Dockerfile)",
+    )
     rayjob_flags(parser)
     parser.add_argument("--print-credentials-command", action="store_true", help="print the gcloud get-credentials command and exit")
     parser.add_argument(
@@ -318,6 +335,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.print_rayjob or args.rayjob:
         return as_rayjob(env, args)
+    if args.job in SERVING_WORKLOADS:
+        print(
+            f"error: {args.job} runs vLLM, which the environment's TPU RayCluster does not have: submit it as a RayJob on the "
+            "serving image (--print-rayjob or --rayjob with --serve-image), or with `ray job submit` to a cluster that has vLLM",
+            file=sys.stderr,
+        )
+        return 2
     job_argv = [*shape_args(env), *args.job_args]
     target, requirements = check_job_args(args.job, job_argv)  # exits 2 on a bad flag, before any upload
     generation = target.shape.generation.name

@@ -39,7 +39,7 @@ from typing import Any
 import yaml
 
 from infra.config import Environment, SliceGroup
-from infra.images import PROJECT_TPU_IMAGE_FORM, is_project_tpu_image
+from infra.images import PROJECT_SERVE_IMAGE_FORM, PROJECT_TPU_IMAGE_FORM, is_project_serve_image, is_project_tpu_image
 from infra.kube_facts import DWS_MAX_RUN_S, MAX_MULTI_HOST_RAYJOB_NAME, cite
 from infra.manifests.network_policy import network_policy
 from infra.manifests.raycluster import (
@@ -90,6 +90,7 @@ class RayJobRequest:
     env_vars: dict[str, str] = field(default_factory=dict)
     pip: tuple[str, ...] = ()
     priority: str | None = None
+    image: str | None = None  # every pod's image when not the TPU image: the serving image, for batch inference
 
     @property
     def runtime_env(self) -> dict[str, Any]:
@@ -113,7 +114,13 @@ def check(env: Environment, request: RayJobRequest) -> SliceGroup:
     group = env.slice_group(request.group)
     index = names.index(group.name)
     image = env.ray.worker_image(group.generation)
-    if not is_project_tpu_image(image):
+    if request.image is not None:
+        if not is_project_serve_image(request.image):
+            raise RayJobError(
+                f"--serve-image: a {request.job} RayJob runs vLLM, which lives in the project's serving image "
+                f"(images/serve.Dockerfile), and {request.image} is not it: pass --serve-image {PROJECT_SERVE_IMAGE_FORM}"
+            )
+    elif not is_project_tpu_image(image):
         raise RayJobError(
             f"ray.tpu_images.{group.generation}: a RayJob runs the code in the project's TPU image (images/tpu.Dockerfile, "
             f"`make images`), and {image} is not it: pass --tpu-image {PROJECT_TPU_IMAGE_FORM}, or set ray.tpu_images.{group.generation}"
@@ -168,7 +175,7 @@ def submitter_template(env: Environment, request: RayJobRequest, image: str) -> 
 
 def ray_job(env: Environment, request: RayJobRequest) -> dict[str, Any]:
     group = check(env, request)
-    image = env.ray.worker_image(group.generation)
+    image = request.image or env.ray.worker_image(group.generation)
     cluster = RayClusterPods(request.name, token_secret=None)
     head = head_group(env, cluster)
     (head_container,) = head["template"]["spec"]["containers"]
@@ -176,6 +183,7 @@ def ray_job(env: Environment, request: RayJobRequest) -> dict[str, Any]:
     worker = tpu_worker_group(env, group, cluster, slices=request.slices, name=request.name)
     worker.update(replicas=request.slices, minReplicas=request.slices, maxReplicas=request.slices)
     pod = worker["template"]["spec"]
+    pod["containers"][0]["image"] = image  # the TPU image, or the serving image a batch job asked for
     pod["tolerations"] = [*pod.get("tolerations", []), TPU_TOLERATION]
     annotations: dict[str, str] = {}
     if group.capacity_kind == "queued-provisioning":

@@ -1,0 +1,266 @@
+"""`python -m jobs.batch`: see `jobs.batch`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jobs import cli
+from jobs.batch import engine, shards
+from jobs.batch.prompts import BatchInputError, Prompts, read_prompts
+from jobs.runtime import storage
+
+DEFAULT_SHARD_ROWS = 256
+DEFAULT_MAX_MODEL_LEN = 512
+STALL_S = 900.0  # no shard committed for this long while hosts are up: a hang, exit 1
+POLL_S = 1.0
+PROGRESS_S = 15.0
+
+
+def _parser() -> cli.JobArgumentParser:
+    p = cli.JobArgumentParser(prog="python -m jobs.batch", description="Push a dataset of prompts through vLLM on whole slices.")
+    cli.add_slice_flags(p)
+    g = p.add_argument_group("batch")
+    g.add_argument("--model", required=True, help="a Hugging Face Llama directory (jobs.export writes one), gs://..., or a Hugging Face id")
+    g.add_argument("--data", required=True, metavar="PATH", help="prompts: a parquet / JSON lines / .txt file or directory, local or gs://")
+    g.add_argument(
+        "--output", required=True, metavar="PATH", help="a directory (local or gs://) for the parquet shards; a rerun finishes it"
+    )
+    g.add_argument("--prompt-field", default="prompt", metavar="F", help="the prompts' column or field (default: prompt; .txt: every line)")
+    g.add_argument("--max-tokens", type=cli.positive_int, default=64, metavar="N", help="tokens per completion at most (default 64)")
+    g.add_argument("--temperature", type=_temperature, default=0.0, metavar="T", help="sampling temperature (default 0: greedy)")
+    g.add_argument("--shard-rows", type=cli.positive_int, default=DEFAULT_SHARD_ROWS, metavar="N", help="prompts per output shard")
+    g.add_argument("--max-model-len", type=cli.positive_int, default=DEFAULT_MAX_MODEL_LEN, metavar="N", help="the engines' context length")
+    return p
+
+
+def _temperature(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number; use 0 (greedy) or more") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} is not allowed; use 0 (greedy) or more")
+    return value
+
+
+def model_problem(model: str) -> str | None:
+    """Why `model` is not a Hugging Face Llama directory, or None (an HF id is vLLM's to check)."""
+    if not (storage.is_remote(model) or os.path.isdir(model)):
+        looks_like_an_id = model.count("/") == 1 and not model.startswith((".", "/", "~")) and not os.path.exists(model)
+        return None if looks_like_an_id else f"{model} is not a directory (nor a Hugging Face id such as org/name)"
+    try:
+        config = json.loads(storage.read_bytes(storage.join(model, "config.json")))
+    except (storage.StorageError, json.JSONDecodeError, UnicodeDecodeError) as err:
+        return f"{model} has no readable config.json ({err})"
+    kind, arch = config.get("model_type"), config.get("architectures") or []
+    if kind != "llama" and "LlamaForCausalLM" not in arch:
+        return f"{model} is a {kind or 'model of no model_type'} model, not a Llama (a Hugging Face Llama directory, as jobs.export writes)"
+    return None
+
+
+def engine_model_path(model: str) -> str:
+    """Where the engines read `model`: a local directory as it is (made absolute), gs:// through the
+    cluster's bucket mount (as serving reads it), an HF id as given."""
+    from infra.serving import BUCKET_MOUNT, mounted_path
+
+    if storage.is_remote(model):
+        return mounted_path(model, os.environ.get("RAY_TPU_GKE_BUCKET_MOUNT", BUCKET_MOUNT))
+    return str(Path(model).resolve()) if os.path.isdir(model) else model
+
+
+@dataclass
+class Collector:
+    """Rows coming back from the engines, committed a shard at a time once all its rows are in."""
+
+    prompts: Prompts
+    plan: list[range]
+    pending: set[int]
+    output: str
+    key: shards.RunKey
+    rows: dict[int, dict[int, dict[str, Any]]] = field(default_factory=dict)
+    committed: int = 0
+    done_rows: int = 0
+    tokens: int = 0
+    last_commit: float = field(default_factory=time.monotonic)
+    error: BaseException | None = None
+    finished: bool = False
+
+    def add(self, row: dict[str, Any]) -> None:
+        index = int(row["_row"])
+        shard = index // self.key.shard_rows
+        got = self.rows.setdefault(shard, {})
+        if index in got:  # a retried block: the same row again, kept once
+            return
+        got[index] = row
+        self.done_rows += 1
+        self.tokens += int(row["completion_tokens"])
+        if len(got) == len(self.plan[shard]):
+            self._commit(shard, self.rows.pop(shard))
+
+    def _commit(self, shard: int, got: dict[int, dict[str, Any]]) -> None:
+        order = list(self.plan[shard])
+        columns = {
+            "id": [self.prompts.ids[i] for i in order],
+            "prompt": [self.prompts.texts[i] for i in order],
+            "completion": [got[i]["completion"] for i in order],
+            "prompt_tokens": [int(got[i]["prompt_tokens"]) for i in order],
+            "completion_tokens": [int(got[i]["completion_tokens"]) for i in order],
+            "finish_reason": [got[i]["finish_reason"] for i in order],
+        }
+        shards.write_shard(self.output, shard, columns, self.key)
+        self.committed += 1
+        self.last_commit = time.monotonic()
+
+
+def _progress(c: Collector, total_rows: int, started: float) -> str:
+    elapsed = max(time.monotonic() - started, 1e-9)
+    rate = c.done_rows / elapsed
+    eta = (total_rows - c.done_rows) / rate if rate > 0 else float("inf")
+    eta_text = "?" if eta == float("inf") else f"{eta:.0f} s"
+    return (
+        f"[batch] {c.committed}/{len(c.pending)} shards, {c.done_rows}/{total_rows} rows, {c.tokens / elapsed:.1f} tokens/s, ETA {eta_text}"
+    )
+
+
+def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, cli.SliceTarget]:
+    """The flags and the slices a batch job asks for, checked as the job will check them (no input
+    read: jobs.submit calls this on the laptop)."""
+    parser = _parser()
+    args = parser.parse_args(sys.argv[1:] if argv is None else list(argv))
+    return args, cli.resolve_target(parser, args)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(sys.argv[1:] if argv is None else list(argv))
+    on_cluster = bool(os.environ.get("RAY_ADDRESS"))
+    target = cli.resolve_target(parser, args) if on_cluster else None
+    problem = model_problem(args.model)
+    if problem:
+        parser.error(f"argument --model: {problem}")
+    try:
+        prompts = read_prompts(args.data, args.prompt_field)
+        key = shards.RunKey(args.data, len(prompts), args.shard_rows, args.model, args.max_tokens, args.temperature)
+        done = shards.committed(args.output, key)
+    except (BatchInputError, shards.OutputError) as err:
+        parser.error(str(err))
+    plan = shards.plan(len(prompts), args.shard_rows)
+    pending = [i for i in range(len(plan)) if i not in done]
+    print(f"[batch] {len(prompts)} prompts in {len(plan)} shards of {args.shard_rows}; {len(done)} already committed in {args.output}")
+    if not pending:
+        print("BATCH " + json.dumps({"rows": len(prompts), "shards": len(plan), "written": 0, "skipped": len(done)}))
+        return 0
+    shards.clear_leftovers(args.output)
+    return _run(args, target, prompts, plan, pending, key, len(done))
+
+
+def _run(
+    args: argparse.Namespace, target: cli.SliceTarget | None, prompts: Prompts, plan: list[range], pending: list[int], key, skipped: int
+) -> int:
+    import ray
+
+    if target is None:  # no cluster: a local Ray with one CPU engine, offline (as jobs.serve.local)
+        from jobs.serve.local import apply_offline_environment
+
+        apply_offline_environment()
+        # Logical CPUs for the pipeline's actors (tokenizer, engine, detokenizer each hold one), as jobs.serve.local.
+        ray.init(address="local", num_cpus=max(4, os.cpu_count() or 4), include_dashboard=False, log_to_driver=False)
+    else:
+        cli.connect_ray()
+    from jobs.runtime.labels import alive_of_pod_type
+    from jobs.runtime.reservation import reserve_slices
+
+    on_cpu = os.environ.get("JAX_PLATFORMS", "").split(",")[0] == "cpu"  # the simulation's hosts
+    layout = engine.layout(target.shape if target else None, target.slices if target else 1, on_cpu, args.max_model_len)
+    rows = [{"_row": i, "prompt": prompts.texts[i]} for s in pending for i in plan[s]]
+    collector = Collector(prompts, plan, set(pending), args.output, key)
+    started = time.monotonic()
+    try:
+        with (
+            reserve_slices(target.shape, target.slices, target.reserve_timeout_s or cli.DEFAULT_RESERVE_TIMEOUT_S, "batch")
+            if target
+            else _nothing() as reservation
+        ):
+            print(
+                f"[batch] {layout.describe()}" + (f" on {', '.join(reservation.slice_names)}" if reservation else " on this machine"),
+                flush=True,
+            )
+            processor = engine.build(
+                engine_model_path(args.model),
+                layout,
+                args.max_tokens,
+                args.temperature,
+                placement_group=reservation.placement_group if reservation else None,
+            )
+            results = processor(ray.data.from_items(rows))
+
+            def consume() -> None:
+                try:
+                    for row in results.iter_rows():
+                        collector.add(row)
+                except BaseException as err:  # reported by the loop below
+                    collector.error = err
+                finally:
+                    collector.finished = True
+
+            threading.Thread(target=consume, daemon=True).start()
+            hosts = {h.node_id for h in reservation.hosts} if reservation else set()
+            last_print = time.monotonic()
+            while not collector.finished:
+                time.sleep(POLL_S)
+                if hosts:
+                    alive = {n.node_id for n in alive_of_pod_type(ray.nodes(), target.shape.pod_type)} if target else hosts
+                    if hosts - alive:
+                        raise RuntimeError(f"{len(hosts - alive)} host(s) of the reservation were lost")
+                if time.monotonic() - collector.last_commit > STALL_S:
+                    raise TimeoutError(f"no shard committed for {STALL_S:g} s")
+                if time.monotonic() - last_print > PROGRESS_S:
+                    print(_progress(collector, len(rows), started), flush=True)
+                    last_print = time.monotonic()
+            if collector.error is not None:
+                raise collector.error
+    except Exception as err:
+        print(_progress(collector, len(rows), started), flush=True)
+        print(
+            f"[batch] error: {str(err).splitlines()[0] if str(err) else type(err).__name__}; {collector.committed} shard(s) committed. "
+            "Run the same command again to finish: committed shards are skipped.",
+            file=sys.stderr,
+            flush=True,
+        )
+        os._exit(1)  # the engines' actors and Ray Data's threads must not hold the exit up
+    elapsed = time.monotonic() - started
+    print(_progress(collector, len(rows), started), flush=True)
+    summary = {
+        "rows": len(prompts),
+        "shards": len(plan),
+        "written": collector.committed,
+        "skipped": skipped,
+        "output_tokens": collector.tokens,
+        "seconds": elapsed,
+        "tokens_per_s": collector.tokens / elapsed if elapsed > 0 else 0.0,
+        "engines": layout.engines,
+    }
+    print("BATCH " + json.dumps(summary), flush=True)
+    ray.shutdown()
+    return 0
+
+
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""Where a batch run's vLLM engines go and how they are built (Ray Data's LLM processor), and what
+vLLM's `finish_reason` was for a row (Ray Data's processor drops it).
+
+The layout (`layout`, pure): one engine per host, as data parallelism. A host's chips hold any
+preset's weights (8b in bf16 is 16 GB, a v6e host has 4 x 32 GB), so tensor parallelism over a
+host's chips (one process drives them all, `uni` executor) is enough, and a batch run has no
+latency to buy with cross-host tensor parallelism: hosts would only wait on each other's
+collectives. Serving differs (one engine per slice, tensor parallel over all its chips: a request's
+latency is what it sells). On the simulation (hosts whose JAX runs on CPU) each engine is vLLM's CPU
+engine with the settings serving uses there (float32, eager); with no cluster, one CPU engine.
+
+The slice is reserved whole first (jobs.runtime.reservation, as every job here does), and the
+engines are placed in that reservation's host bundles, one each.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from infra import catalog
+
+VLLM_STAGE = "vLLMEngineStage"
+
+
+@dataclass(frozen=True)
+class EngineLayout:
+    engines: int
+    bundle: dict[str, float]  # one engine's resources: a host's bundle of the reservation
+    engine_kwargs: dict[str, Any] = field(default_factory=dict)
+    accelerator_type: str | None = None
+
+    def describe(self) -> str:
+        tp = self.engine_kwargs.get("tensor_parallel_size", 1)
+        kind = "CPU" if self.accelerator_type is None else self.accelerator_type
+        return f"{self.engines} vLLM engine(s), one per host, tensor parallel {tp} ({kind})"
+
+
+def layout(shape: catalog.SliceShape | None, slices: int, on_cpu: bool, max_model_len: int) -> EngineLayout:
+    """The engines of a run on `slices` slices of `shape` (None: no cluster, this machine) (pure)."""
+    cpu = {"max_model_len": max_model_len, "dtype": "float32", "enforce_eager": True}
+    if shape is None:
+        return EngineLayout(1, {"CPU": 1}, cpu)
+    bundle = {"CPU": 1.0, "TPU": float(shape.chips_per_host)}
+    if on_cpu:
+        return EngineLayout(shape.hosts * slices, bundle, cpu)
+    kwargs = {"max_model_len": max_model_len, "tensor_parallel_size": shape.chips_per_host, "distributed_executor_backend": "uni"}
+    return EngineLayout(shape.hosts * slices, bundle, kwargs, shape.generation.ray_accelerator_type)
+
+
+def eos_ids(model_dir: str) -> frozenset[int]:
+    """The token ids that end a completion with finish_reason "stop": the model's EOS ids, from its
+    config.json and generation_config.json (vLLM adds the latter's to the stop tokens)."""
+    ids: set[int] = set()
+    for name in ("config.json", "generation_config.json"):
+        path = Path(model_dir, name)
+        if path.is_file():
+            value = json.loads(path.read_text()).get("eos_token_id")
+            ids.update(value if isinstance(value, list) else [] if value is None else [value])
+    return frozenset(int(i) for i in ids)
+
+
+def finish_reason(tokens: Any, eos: frozenset[int]) -> str:
+    """vLLM's finish_reason of a completion with no stop strings (pure): "stop" when its last token is
+    an EOS id (vLLM checks EOS and stop tokens before the length), else "length" (max_tokens or the
+    model's length)."""
+    tokens = list(tokens) if tokens is not None else []
+    return "stop" if tokens and int(tokens[-1]) in eos else "length"
+
+
+def build(model_dir: str, engines: EngineLayout, max_tokens: int, temperature: float, placement_group: Any = None, batch_size: int = 16):
+    """Ray Data's LLM processor for raw-text prompts: no chat template (prompts go to the engine as
+    `vllm.LLM.generate(list_of_str)` takes them), the layout's bundles (not the GPU bundles it
+    reserves by default), its engines in `placement_group`'s bundles when given. Rows in: `_row`,
+    `prompt`; rows out: `_row`, `completion`, `prompt_tokens`, `completion_tokens`, `finish_reason`."""
+    from ray.data.llm import build_processor, vLLMEngineProcessorConfig
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    from infra.serving import offline_env_vars
+
+    eos = eos_ids(model_dir)
+    sampling = {"temperature": temperature, "max_tokens": max_tokens}
+    config = vLLMEngineProcessorConfig(
+        model_source=model_dir,
+        engine_kwargs=dict(engines.engine_kwargs),
+        chat_template_stage=False,
+        tokenize_stage=True,
+        detokenize_stage=True,
+        batch_size=batch_size,
+        concurrency=(engines.engines, engines.engines),
+        # No accelerator_type: its label resource is not in the reservation's bundles, and the
+        # reservation already picked the hosts of the right type.
+        placement_group_config={"bundles": [dict(engines.bundle)]},
+        runtime_env={"env_vars": offline_env_vars()} if os.environ.get("HF_HUB_OFFLINE") else None,
+        log_engine_metrics=False,
+    )
+    processor = build_processor(
+        config,
+        preprocess=lambda row: {"_row": row["_row"], "prompt": row["prompt"], "sampling_params": sampling},
+        postprocess=lambda row: {
+            "_row": row["_row"],
+            "completion": row["generated_text"],
+            "prompt_tokens": int(row["num_input_tokens"]),
+            "completion_tokens": int(row["num_generated_tokens"]),
+            "finish_reason": finish_reason(row.get("generated_tokens"), eos),
+        },
+    )
+    if placement_group is not None:  # each engine in a host bundle of the slice reserved whole
+        stage = processor.get_stage_by_name(VLLM_STAGE)
+        stage.map_batches_kwargs["scheduling_strategy"] = PlacementGroupSchedulingStrategy(placement_group)
+    return processor
