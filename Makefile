@@ -166,7 +166,7 @@ show: setup ## summarise what ENV declares
 checkov: synth ## checkov on every synthesized stack (justified skips: infra/checkov_scan.py)
 	$(PY) -m infra.checkov_scan $(CDKTF_OUT) $(CHECKOV)
 
-bench: setup serve-setup ## benchmarks: synth vs bare provider import, jobs vs bare JAX/Ray (and Ray Train's floor), a lost host's recovery, real text vs synthetic, checkpoint stall, HF import vs bare read, the 1b step exported for TPU and its remat FLOPs, Ray Serve LLM vs vllm serve (vLLM's own client), GPU MFU sweep
+bench: setup serve-setup ## benchmarks: synth vs bare provider import, jobs vs bare JAX/Ray (and Ray Train's floor), a lost host's recovery, real text vs synthetic, checkpoint stall, HF import vs bare read, the 1b step exported for TPU and its remat FLOPs, Ray Serve LLM vs vllm serve (vLLM's own client), jobs.batch vs vllm.LLM.generate and its rerun, GPU MFU sweep
 	$(PY) bench/synth_bench.py
 	$(PY) bench/jobs_bench.py
 	$(PY) bench/restart_bench.py
@@ -176,6 +176,7 @@ bench: setup serve-setup ## benchmarks: synth vs bare provider import, jobs vs b
 	@if command -v nvidia-smi >/dev/null 2>&1; then $(PY) bench/gpu_mfu.py; \
 	else echo "gpu bench: no NVIDIA GPU here (bench/gpu_mfu.py: the 1b step's MFU, change by change, where there is one)"; fi
 	.venv-serve/bin/python bench/serve_bench.py
+	.venv-serve/bin/python bench/batch_bench.py
 
 clean: ## remove build outputs (keeps the venvs)
 	rm -rf cdktf.out build .pytest_cache

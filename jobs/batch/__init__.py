@@ -20,7 +20,6 @@ works on a laptop. Bad input is refused before Ray or vLLM starts: one line, exi
 Exit status: 0 done, 1 failed (rerun to finish), 2 bad flags or input.
 """
 
-
 from typing import Any
 
 

@@ -77,6 +77,14 @@ def engine_model_path(model: str) -> str:
     return str(Path(model).resolve()) if os.path.isdir(model) else model
 
 
+def cpu_engine_env() -> dict[str, str]:
+    """A CPU engine's environment, as serving's on this machine (jobs.serve.local): vLLM's KV cache
+    at 1 GiB (by default its CPU backend claims 92% of the memory), offline, caches under build/."""
+    from jobs.serve.local import offline_environment
+
+    return {k: v for k, v in offline_environment().items() if not k.startswith("RAY_")}
+
+
 @dataclass
 class Collector:
     """Rows coming back from the engines, committed a shard at a time once all its rows are in."""
@@ -200,6 +208,7 @@ def _run(
                 args.max_tokens,
                 args.temperature,
                 placement_group=reservation.placement_group if reservation else None,
+                env_vars=cpu_engine_env() if on_cpu or target is None else None,
             )
             results = processor(ray.data.from_items(rows))
 
@@ -244,6 +253,7 @@ def _run(
         "shards": len(plan),
         "written": collector.committed,
         "skipped": skipped,
+        "requests": len(rows),  # prompts sent to the engines: the shards not committed before
         "output_tokens": collector.tokens,
         "seconds": elapsed,
         "tokens_per_s": collector.tokens / elapsed if elapsed > 0 else 0.0,

@@ -71,11 +71,20 @@ def finish_reason(tokens: Any, eos: frozenset[int]) -> str:
     return "stop" if tokens and int(tokens[-1]) in eos else "length"
 
 
-def build(model_dir: str, engines: EngineLayout, max_tokens: int, temperature: float, placement_group: Any = None, batch_size: int = 16):
+def build(
+    model_dir: str,
+    engines: EngineLayout,
+    max_tokens: int,
+    temperature: float,
+    placement_group: Any = None,
+    batch_size: int = 16,
+    env_vars: dict[str, str] | None = None,
+):
     """Ray Data's LLM processor for raw-text prompts: no chat template (prompts go to the engine as
     `vllm.LLM.generate(list_of_str)` takes them), the layout's bundles (not the GPU bundles it
     reserves by default), its engines in `placement_group`'s bundles when given. Rows in: `_row`,
-    `prompt`; rows out: `_row`, `completion`, `prompt_tokens`, `completion_tokens`, `finish_reason`."""
+    `prompt`; rows out: `_row`, `completion`, `prompt_tokens`, `completion_tokens`, `finish_reason`.
+    `env_vars`: the engines' environment (a CPU engine's KV cache size, offline caches)."""
     from ray.data.llm import build_processor, vLLMEngineProcessorConfig
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -88,13 +97,16 @@ def build(model_dir: str, engines: EngineLayout, max_tokens: int, temperature: f
         engine_kwargs=dict(engines.engine_kwargs),
         chat_template_stage=False,
         tokenize_stage=True,
-        detokenize_stage=True,
+        # vLLM's own text, not a second decode: Ray Data's detokenize stage decodes the tokens whole,
+        # where vLLM's incremental detokenizer holds back a cut UTF-8 sequence at the end (the two
+        # differed on a byte-level completion in the tests); one actor fewer too.
+        detokenize_stage=False,
         batch_size=batch_size,
         concurrency=(engines.engines, engines.engines),
         # No accelerator_type: its label resource is not in the reservation's bundles, and the
         # reservation already picked the hosts of the right type.
         placement_group_config={"bundles": [dict(engines.bundle)]},
-        runtime_env={"env_vars": offline_env_vars()} if os.environ.get("HF_HUB_OFFLINE") else None,
+        runtime_env={"env_vars": {**offline_env_vars(), **(env_vars or {})}} if env_vars or os.environ.get("HF_HUB_OFFLINE") else None,
         log_engine_metrics=False,
     )
     processor = build_processor(

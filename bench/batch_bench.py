@@ -1,0 +1,136 @@
+"""Benchmark of batch inference (`make bench`, with .venv-serve's Python): `python -m jobs.batch` on this
+machine (a local Ray, one CPU engine) against what a user would script instead, `vllm.LLM.generate`
+over the same prompts and sampling settings in one process; and what a rerun after a kill costs.
+
+    .venv-serve/bin/python bench/batch_bench.py [--prompts 256] [--max-tokens 32] [--shard-rows 16]
+
+Both sides are timed whole, as a user waits for them: process start to the last completion written
+(vLLM's engine start included on both; jobs.batch's also starts Ray and Ray Data). The tiny random
+Llama jobs.serve makes, float32, eager, greedy.
+
+Targets, each on a line ending in `met` or `NOT met`:
+1. output tokens/s of jobs.batch against vllm.LLM.generate: >= 0.8x.
+2. killed (SIGKILL, its whole process group) once half of its shards are committed, the rerun's own
+   wall time against a full run's: <= 0.6x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))
+
+
+def batch(model: Path, data: Path, out: Path, args: argparse.Namespace, kill_after_shards: int | None = None) -> dict:
+    """One `python -m jobs.batch` run (a process group of its own); its wall time and summary, or
+    (kill_after_shards) the time it was SIGKILLed at."""
+    command = [sys.executable, "-m", "jobs.batch", "--model", str(model), "--data", str(data), "--output", str(out)]
+    command += ["--max-tokens", str(args.max_tokens), "--shard-rows", str(args.shard_rows)]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    started = time.monotonic()
+    with tempfile.TemporaryFile("w+") as log:
+        proc = subprocess.Popen(command, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        if kill_after_shards is not None:
+            while proc.poll() is None and len(list(out.glob("shard-*.parquet"))) < kill_after_shards:
+                time.sleep(0.2)
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            time.sleep(2)
+            return {"seconds": time.monotonic() - started, "committed": len(list(out.glob("shard-*.parquet")))}
+        proc.wait(timeout=1800)
+        log.seek(0)
+        text = log.read()
+    if proc.returncode != 0:
+        raise RuntimeError(f"jobs.batch exited {proc.returncode}:\n{text[-3000:]}")
+    summary = json.loads(next(line for line in text.splitlines() if line.startswith("BATCH ")).removeprefix("BATCH "))
+    return {"seconds": time.monotonic() - started, **summary}
+
+
+def verdict(name: str, ours: float, base: float, target: float, at_most: bool) -> str:
+    ratio = ours / base if base > 0 else float("inf")
+    met = ratio <= target if at_most else ratio >= target
+    return f"{name:58} {ours:8.2f} {base:8.2f} {ratio:7.2f}x {'<=' if at_most else '>='} {target}x  {'met' if met else 'NOT met'}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench/batch_bench.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--prompts", type=int, default=256)
+    parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--shard-rows", type=int, default=16)
+    args = parser.parse_args(argv)
+
+    from jobs.serve.local import apply_offline_environment, ensure_model
+
+    apply_offline_environment()
+    model = ensure_model()
+    work = Path(tempfile.mkdtemp(prefix="batch-bench-"))
+    texts = [f"Question {i}: the numbers after {i} are" for i in range(args.prompts)]
+    data = work / "prompts.jsonl"
+    data.write_text("".join(json.dumps({"id": i, "prompt": t}) + "\n" for i, t in enumerate(texts)))
+    (work / "prompts.json").write_text(json.dumps(texts))
+
+    print(f"[bench] vllm.LLM.generate over {args.prompts} prompts, {args.max_tokens} tokens each", flush=True)
+    started = time.monotonic()
+    base = subprocess.run(
+        [
+            sys.executable,
+            "tests/jobs/batch/vllm_generate.py",
+            str(model),
+            str(work / "prompts.json"),
+            str(args.max_tokens),
+            "0",
+            str(work / "v.json"),
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    if base.returncode != 0:
+        raise RuntimeError(base.stderr[-3000:])
+    base_s = time.monotonic() - started
+    result = json.loads((work / "v.json").read_text())
+    base_tokens = sum(r["completion_tokens"] for r in result["rows"])
+
+    print("[bench] python -m jobs.batch, the same prompts", flush=True)
+    full = batch(model, data, work / "full", args)
+    shards = -(-args.prompts // args.shard_rows)
+    print(f"[bench] python -m jobs.batch again, killed once {shards // 2} of {shards} shards are committed, then rerun", flush=True)
+    killed = batch(model, data, work / "restart", args, kill_after_shards=shards // 2)
+    rerun = batch(model, data, work / "restart", args)
+
+    print()
+    print(f"batch benchmark on this machine's CPU ({os.cpu_count()} cores): {args.prompts} prompts, {args.max_tokens} tokens, greedy")
+    print(
+        f"  vllm.LLM.generate: {base_tokens} tokens in {base_s:.1f} s (generate alone {result['generate_s']:.1f} s: "
+        f"{base_tokens / result['generate_s']:.1f} tokens/s)"
+    )
+    print(
+        f"  jobs.batch: {full['output_tokens']} tokens in {full['seconds']:.1f} s (its pipeline, Ray's start excluded, "
+        f"{full['tokens_per_s']:.1f} tokens/s), {full['written']} shards"
+    )
+    print(
+        f"  killed after {killed['seconds']:.1f} s with {killed['committed']} shards committed; the rerun sent "
+        f"{rerun['requests']} prompts and wrote {rerun['written']} shards in {rerun['seconds']:.1f} s"
+    )
+    print(f"{'metric':58} {'ours':>8} {'baseline':>8} {'ratio':>8}  target  verdict")
+    print(
+        verdict(
+            "output tokens/s, jobs.batch vs vllm.LLM.generate", full["output_tokens"] / full["seconds"], base_tokens / base_s, 0.8, False
+        )
+    )
+    print(verdict("rerun after a kill at half, vs a full run (s)", rerun["seconds"], full["seconds"], 0.6, True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

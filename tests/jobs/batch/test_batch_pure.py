@@ -1,0 +1,203 @@
+"""jobs.batch's rules without Ray or vLLM: the shards and their commit, reading prompts, the engine
+layout, vLLM's finish_reason, and every bad input refused in one line (exit 2) before anything
+starts or is written."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from infra import catalog
+from jobs.batch import engine, shards
+from jobs.batch.prompts import BatchInputError, read_prompts
+
+REPO = Path(__file__).resolve().parents[3]
+KEY = shards.RunKey("/data/p.jsonl", 5, 2, "/models/tiny", 8, 0.0)
+
+
+def columns(rows: range) -> dict[str, list]:
+    return {
+        "id": [f"q{i}" for i in rows],
+        "prompt": [f"p{i}" for i in rows],
+        "completion": ["x"] * len(rows),
+        "prompt_tokens": [3] * len(rows),
+        "completion_tokens": [8] * len(rows),
+        "finish_reason": ["length"] * len(rows),
+    }
+
+
+def test_shards_cover_every_row_once_the_last_one_shorter():
+    assert shards.plan(5, 2) == [range(0, 2), range(2, 4), range(4, 5)]
+    assert shards.plan(4, 4) == [range(0, 4)]
+    assert [i for r in shards.plan(1000, 7) for i in r] == list(range(1000))
+
+
+def test_a_committed_shard_is_whole_under_its_name_and_counted_by_a_rerun_of_the_same_run(tmp_path):
+    out = str(tmp_path / "out")
+    assert shards.committed(out, KEY) == set()  # a new directory
+    shards.write_shard(out, 1, columns(range(2, 4)), KEY)
+    assert sorted(p.name for p in Path(out).iterdir()) == ["shard-000001.parquet"]  # no temporary left
+    table = pq.read_table(Path(out, "shard-000001.parquet"))
+    assert table.column_names == list(shards.COLUMNS) and table.column("id").to_pylist() == ["q2", "q3"]
+    assert shards.committed(out, KEY) == {1}
+
+
+def test_a_partial_file_of_a_killed_write_is_ignored_then_cleared(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / ".shard-000000.parquet.tmp").write_bytes(b"half a parquet file")
+    assert shards.committed(str(out), KEY) == set()
+    shards.clear_leftovers(str(out))
+    assert list(out.iterdir()) == []
+
+
+def test_an_output_of_another_run_or_with_other_files_is_refused_naming_why(tmp_path):
+    out = str(tmp_path / "out")
+    shards.write_shard(out, 0, columns(range(0, 2)), KEY)
+    other = shards.RunKey("/data/p.jsonl", 5, 2, "/models/tiny", 16, 0.0)
+    with pytest.raises(shards.OutputError, match="holds shards of another run \\(its max_tokens differ\\)"):
+        shards.committed(out, other)
+    Path(out, "notes.txt").write_text("mine")
+    with pytest.raises(shards.OutputError, match="holds other files \\(notes.txt\\)"):
+        shards.committed(out, KEY)
+    a_file = tmp_path / "f.parquet"
+    a_file.write_bytes(b"x")
+    with pytest.raises(shards.OutputError, match="is a file"):
+        shards.committed(str(a_file), KEY)
+
+
+def test_prompts_keep_the_inputs_ids_as_given_and_use_the_index_where_there_are_none(tmp_path):
+    jsonl = tmp_path / "p.jsonl"
+    jsonl.write_text("\n".join(json.dumps({"id": i * 10, "prompt": f"p{i}"}) for i in range(3)) + "\n")
+    got = read_prompts(str(jsonl), "prompt")
+    assert (got.ids, got.texts, got.source) == ((0, 10, 20), ("p0", "p1", "p2"), "json")
+    pq.write_table(pa.table({"question": ["a", "b"]}), tmp_path / "q.parquet")
+    got = read_prompts(str(tmp_path / "q.parquet"), "question")
+    assert (got.ids, got.texts) == ((0, 1), ("a", "b"))
+    text = tmp_path / "lines.txt"
+    text.write_text("first\n\nsecond\n")
+    assert read_prompts(str(text), "ignored").texts == ("first", "second")
+
+
+def test_bad_prompts_are_one_line_naming_the_flag(tmp_path):
+    jsonl = tmp_path / "p.jsonl"
+    jsonl.write_text('{"text": "no prompt field"}\n')
+    with pytest.raises(BatchInputError, match="^argument --prompt-field: p.jsonl line 1 has no 'prompt' field$"):
+        read_prompts(str(jsonl), "prompt")
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    with pytest.raises(BatchInputError, match="holds no prompts"):
+        read_prompts(str(empty), "prompt")
+    pq.write_table(pa.table({"prompt": [1, 2]}), tmp_path / "n.parquet")
+    with pytest.raises(BatchInputError, match="'prompt' is int, not text"):
+        read_prompts(str(tmp_path / "n.parquet"), "prompt")
+
+
+def test_one_engine_per_host_tensor_parallel_over_its_chips_cpu_on_the_simulation():
+    shape = catalog.shape("v6e", "4x4")
+    tpu = engine.layout(shape, 2, on_cpu=False, max_model_len=2048)
+    assert tpu.engines == 8 and tpu.bundle == {"CPU": 1.0, "TPU": 4.0}
+    assert tpu.engine_kwargs == {"max_model_len": 2048, "tensor_parallel_size": 4, "distributed_executor_backend": "uni"}
+    sim = engine.layout(shape, 1, on_cpu=True, max_model_len=512)
+    assert sim.engines == 4 and sim.engine_kwargs == {"max_model_len": 512, "dtype": "float32", "enforce_eager": True}
+    local = engine.layout(None, 1, on_cpu=True, max_model_len=512)
+    assert local.engines == 1 and local.bundle == {"CPU": 1}
+
+
+def test_finish_reason_is_stop_on_an_eos_id_and_length_otherwise(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"eos_token_id": 2}))
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": [2, 7]}))
+    eos = engine.eos_ids(str(tmp_path))
+    assert eos == {2, 7}
+    assert engine.finish_reason([5, 6, 7], eos) == "stop"
+    assert engine.finish_reason([5, 6, 9], eos) == "length"
+    assert engine.finish_reason([], eos) == "length"
+
+
+def run_batch(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "jobs.batch", *args], cwd=REPO, capture_output=True, text=True, timeout=120)
+
+
+def llama_dir(tmp_path: Path, model_type: str = "llama") -> Path:
+    model = tmp_path / f"{model_type}-model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": model_type, "architectures": ["X"]}))
+    return model
+
+
+@pytest.mark.parametrize(
+    ("case", "needle"),
+    [
+        ("missing-field", "argument --prompt-field: p.jsonl line 1 has no 'prompt' field"),
+        ("empty", "argument --data: "),
+        ("not-llama", "argument --model: "),
+        ("output-holds-else", "argument --output: "),
+    ],
+)
+def test_each_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, case, needle):
+    data = tmp_path / "p.jsonl"
+    data.write_text('{"prompt": "hello"}\n')
+    model = llama_dir(tmp_path)
+    out = tmp_path / "out"
+    if case == "missing-field":
+        data.write_text('{"question": "hello"}\n')
+    elif case == "empty":
+        data.write_text("")
+    elif case == "not-llama":
+        model = llama_dir(tmp_path, "gpt2")
+    else:
+        out.mkdir()
+        (out / "results.csv").write_text("a,b\n")
+    before = sorted(p.name for p in out.iterdir()) if out.exists() else None
+    proc = run_batch("--model", str(model), "--data", str(data), "--output", str(out))
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in proc.stderr, proc.stderr
+    assert (sorted(p.name for p in out.iterdir()) if out.exists() else None) == before  # nothing written
+
+
+SERVE_IMAGE = "us-docker.pkg.dev/my-gcp-project/ray-tpu-gke/ray-serve-tpu@sha256:" + "cd" * 32
+TPU_IMAGE = "us-docker.pkg.dev/my-gcp-project/ray-tpu-gke/ray-tpu@sha256:" + "ab" * 32
+CRDS = REPO.parent / "shared" / "kuberay" / "crds"
+
+
+def print_batch_rayjob(*flags: str) -> subprocess.CompletedProcess:
+    args = ["batch", "--env", "prod", "--tpu-image", TPU_IMAGE, "--print-rayjob", "--name", "b-run", *flags]
+    args += ["--", "--model", "/models/tiny", "--data", "/data/p.jsonl", "--output", "/out"]
+    return subprocess.run([sys.executable, "-m", "jobs.submit", *args], cwd=REPO, capture_output=True, text=True, timeout=120)
+
+
+def test_a_batch_rayjob_runs_the_serving_image_everywhere_and_validates_strictly():
+    import yaml
+
+    from tests.kuberay_schema import errors
+
+    proc = print_batch_rayjob("--serve-image", SERVE_IMAGE)
+    assert proc.returncode == 0, proc.stderr
+    rayjob = next(d for d in yaml.safe_load_all(proc.stdout) if d["kind"] == "RayJob")
+    spec = rayjob["spec"]
+    assert spec["entrypoint"].startswith("python -m jobs.batch --env prod ") and "--output /out" in spec["entrypoint"]
+    images = [spec["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["image"]]
+    images += [g["template"]["spec"]["containers"][0]["image"] for g in spec["rayClusterSpec"]["workerGroupSpecs"]]
+    images.append(spec["submitterPodTemplate"]["spec"]["containers"][0]["image"])
+    assert images == [SERVE_IMAGE] * len(images)
+    assert "runtimeEnvYAML" not in spec or "pip" not in spec["runtimeEnvYAML"]  # vLLM is in the image: no pip
+    if not CRDS.is_dir():
+        pytest.skip("../shared/kuberay/crds is not here")
+    assert errors(CRDS, rayjob) == []
+
+
+def test_a_batch_rayjob_without_a_serving_image_or_with_another_is_refused_in_one_line():
+    for flags, needle in (
+        ((), "error: --serve-image: a batch RayJob runs vLLM"),
+        (("--serve-image", TPU_IMAGE), "is not it: pass --serve-image <registry>/ray-tpu-gke/ray-serve-tpu"),
+    ):
+        proc = print_batch_rayjob(*flags)
+        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and needle in proc.stderr, proc.stderr
+        assert proc.stdout == ""
