@@ -21,6 +21,10 @@ from jobs.runtime import storage
 DEFAULT_SHARD_ROWS = 256
 DEFAULT_MAX_MODEL_LEN = 512
 STALL_S = 900.0  # no shard committed for this long while hosts are up: a hang, exit 1
+# A host lost: Ray Data retries the lost engine's blocks on the engines left, and restarts that
+# engine when the host is back (its bundle is rescheduled). Carry on while rows come back; none for
+# this long and the run stops (exit 1), for a rerun to finish.
+LOST_STALL_S = 120.0
 POLL_S = 1.0
 PROGRESS_S = 15.0
 
@@ -96,9 +100,11 @@ class Collector:
     key: shards.RunKey
     rows: dict[int, dict[int, dict[str, Any]]] = field(default_factory=dict)
     committed: int = 0
+    done: set[int] = field(default_factory=set)  # shards committed by this run
     done_rows: int = 0
     tokens: int = 0
     last_commit: float = field(default_factory=time.monotonic)
+    last_row: float = field(default_factory=time.monotonic)
     error: BaseException | None = None
     finished: bool = False
 
@@ -106,9 +112,10 @@ class Collector:
         index = int(row["_row"])
         shard = index // self.key.shard_rows
         got = self.rows.setdefault(shard, {})
-        if index in got:  # a retried block: the same row again, kept once
+        if index in got or shard in self.done:  # a retried block: the same row again, kept once
             return
         got[index] = row
+        self.last_row = time.monotonic()
         self.done_rows += 1
         self.tokens += int(row["completion_tokens"])
         if len(got) == len(self.plan[shard]):
@@ -125,6 +132,7 @@ class Collector:
             "finish_reason": [got[i]["finish_reason"] for i in order],
         }
         shards.write_shard(self.output, shard, columns, self.key)
+        self.done.add(shard)
         self.committed += 1
         self.last_commit = time.monotonic()
 
@@ -165,7 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     pending = [i for i in range(len(plan)) if i not in done]
     print(f"[batch] {len(prompts)} prompts in {len(plan)} shards of {args.shard_rows}; {len(done)} already committed in {args.output}")
     if not pending:
-        print("BATCH " + json.dumps({"rows": len(prompts), "shards": len(plan), "written": 0, "skipped": len(done)}))
+        print("BATCH " + json.dumps({"rows": len(prompts), "shards": len(plan), "written": 0, "skipped": len(done), "requests": 0}))
         return 0
     shards.clear_leftovers(args.output)
     return _run(args, target, prompts, plan, pending, key, len(done))
@@ -224,18 +232,22 @@ def _run(
             threading.Thread(target=consume, daemon=True).start()
             hosts = {h.node_id for h in reservation.hosts} if reservation else set()
             last_print = time.monotonic()
+            lost: set[str] = set()
             while not collector.finished:
                 time.sleep(POLL_S)
-                if hosts:
-                    alive = {n.node_id for n in alive_of_pod_type(ray.nodes(), target.shape.pod_type)} if target else hosts
-                    if hosts - alive:
-                        raise RuntimeError(f"{len(hosts - alive)} host(s) of the reservation were lost")
+                if hosts and target:
+                    gone = hosts - {n.node_id for n in alive_of_pod_type(ray.nodes(), target.shape.pod_type)}
+                    if gone - lost:
+                        print(f"[batch] {len(gone)} host(s) of the reservation lost: carrying on with the engines left", flush=True)
+                    lost |= gone
+                if lost and time.monotonic() - collector.last_row > LOST_STALL_S:
+                    raise RuntimeError(f"{len(lost)} host(s) of the reservation were lost and no row came back for {LOST_STALL_S:g} s")
                 if time.monotonic() - collector.last_commit > STALL_S:
                     raise TimeoutError(f"no shard committed for {STALL_S:g} s")
                 if time.monotonic() - last_print > PROGRESS_S:
                     print(_progress(collector, len(rows), started), flush=True)
                     last_print = time.monotonic()
-            if collector.error is not None:
+            if collector.error is not None and collector.committed < len(pending):
                 raise collector.error
     except Exception as err:
         print(_progress(collector, len(rows), started), flush=True)

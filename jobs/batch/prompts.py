@@ -72,10 +72,11 @@ def _rows(path: str, kind: str, field: str) -> list[tuple[Any, Any]]:
                 raise BatchInputError(f"argument --prompt-field: {name} line {number} has no {field!r} field")
             out.append((row.get(ID_FIELD), row[field]))
         return out
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    fs, local = storage.filesystem(path)
-    table = pq.read_table(local, filesystem=fs)
+    # Whole, as one stream: every prompt is read on the driver anyway, and a stream is one request.
+    table = pq.read_table(pa.BufferReader(storage.read_bytes(path)))
     if field not in table.column_names:
         columns = ", ".join(table.column_names) or "none"
         raise BatchInputError(f"argument --prompt-field: {name} has no {field!r} column (its columns: {columns})")

@@ -6,7 +6,8 @@ the reading and writing of shards).
 (`.shard-<index>.parquet.tmp`, which readers of a parquet directory skip) and renamed, which is
 atomic; a gs:// shard is uploaded to its name, and a GCS object appears whole when its upload ends.
 Each shard's parquet metadata records what made it (`RunKey`: the input, its size, the shard size,
-the model and sampling): a rerun against an output of another run is refused, not mixed into it.
+the model and sampling): a rerun against an output of another run is refused, not mixed into it
+(one shard is read to tell: all of an output's shards share their key).
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ def _entries(output: str) -> list[str] | None:
 def committed(output: str, key: RunKey) -> set[int]:
     """The shards already committed to `output` by a run of the same `key`; OutputError when the
     directory holds anything else (files of another kind, or shards of another run)."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     names = _entries(output)
@@ -76,21 +78,19 @@ def committed(output: str, key: RunKey) -> set[int]:
     if others:
         shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
         raise OutputError(f"argument --output: {output} holds other files ({shown}); pass a new directory or one a batch run wrote")
-    done = set()
-    fs, path = storage.filesystem(output)
-    for name in names:
-        match = SHARD.match(name)
-        if not match:
-            continue
-        meta = pq.read_schema(posixpath.join(path, name), filesystem=fs).metadata or {}
-        theirs = json.loads(meta.get(META_KEY, b"{}"))
+    done = {int(m.group(1)) for m in map(SHARD.match, names) if m}
+    if done:
+        # One shard's metadata stands for all: a run of another key is refused here before it writes,
+        # so every shard of an output has the same. Read as one stream (a shard is small), not with
+        # ranged reads: the footer alone would need two round trips on GCS anyway.
+        shard = pa.BufferReader(storage.read_bytes(storage.join(output, shard_name(min(done)))))
+        theirs = json.loads((pq.read_schema(shard).metadata or {}).get(META_KEY, b"{}"))
         if theirs != asdict(key):
             differs = sorted(k for k in asdict(key) if theirs.get(k) != asdict(key)[k])
             raise OutputError(
                 f"argument --output: {output} holds shards of another run (its {', '.join(differs) or 'metadata'} differ); "
                 "pass a new directory, or the same input, model and settings to finish that run"
             )
-        done.add(int(match.group(1)))
     return done
 
 

@@ -4,8 +4,10 @@ submitted with `ray job submit` as every job is:
 
 - greedy completions equal `vllm.LLM.generate`'s for the same prompts and model, row by row, ids
   kept (the tiny random Llama jobs.serve makes: float32, eager, as serving runs on CPU);
-- a host killed mid-run: the run stops (exit 1) or carries on; the rerun with the same --output
-  sends the engines only the rows not committed, and every input row is in the output exactly once.
+- a job stopped mid-run (`ray job stop`): the rerun with the same --output sends the engines only
+  the rows not committed (the summary's `requests`), and every input row is in the output once;
+- a host killed mid-run: the run carries on with the engine left or stops (exit 1), never hangs; a
+  rerun then completes it, every input row exactly once.
 
 Minutes each (vLLM engines start on 2 cores): `make test-slow`.
 """
@@ -107,7 +109,69 @@ def test_greedy_completions_equal_vllms_own_generate_row_by_row(sim, tmp_path):
         assert row["prompt_tokens"] > 0
 
 
-def test_a_host_killed_mid_run_loses_no_row_and_the_rerun_sends_only_the_rest(sim, tmp_path):
+def job_status(client: dict, submission_id: str) -> str:
+    """The job's status as `ray job status` prints it ("Status for job '...': RUNNING" while it runs;
+    "Job '...' failed" / "succeeded" / "was stopped" once it has ended), lower-cased."""
+    return subprocess.run(
+        [str(SERVE_RAY), "job", "status", submission_id], capture_output=True, text=True, env={**os.environ, **client}, timeout=60
+    ).stdout.lower()
+
+
+def wait_for_end(client: dict, submission_id: str, deadline: float) -> str:
+    status = ""
+    while time.monotonic() < deadline:
+        status = job_status(client, submission_id)
+        for end, said in (("succeeded", "succeeded"), ("failed", "failed"), ("stopped", "was stopped")):
+            if f"job '{submission_id}' {said}" in status:  # ray's cli.py, _log_job_status
+                return end
+        time.sleep(2)
+    raise AssertionError(f"{submission_id} did not end in time: {status[-2000:]}")  # never hung
+
+
+def wait_for_shards(out: Path, count: int, deadline: float) -> None:
+    while len(list(out.glob("shard-*.parquet"))) < count and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert len(list(out.glob("shard-*.parquet"))) >= count, "no shard committed in time"
+
+
+def committed_rows(out: Path) -> tuple[set[str], int]:
+    names = {p.name for p in out.glob("shard-*.parquet")}
+    return names, sum(pq.read_metadata(out / name).num_rows for name in names)
+
+
+def rerun_completes(client: dict, flags: tuple[str, ...], out: Path, ids: list[str]) -> dict:
+    """The same command again: it sends the engines only the rows not committed, and afterwards
+    every input row is in the output exactly once, with nothing but the shards there."""
+    before, rows_before = committed_rows(out)
+    rerun = submit(client, *flags)
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-2000:]
+    summary = json.loads(next(line for line in rerun.stdout.splitlines() if line.startswith("BATCH ")).removeprefix("BATCH "))
+    assert summary["requests"] == len(ids) - rows_before and summary["skipped"] == len(before)
+    assert sorted(r["id"] for r in read_output(out)) == ids  # every input row, exactly once
+    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in out.glob("shard-*.parquet"))  # only the shards
+    return summary
+
+
+def test_a_job_stopped_mid_run_is_finished_by_a_rerun_that_sends_only_the_rest(sim, tmp_path):
+    _, client = sim
+    data, ids, _ = prompts_file(tmp_path, 60)
+    out = tmp_path / "out"
+    flags = ("--model", str(MODEL), "--data", str(data), "--output", str(out), "--max-tokens", "16", "--shard-rows", "4")
+    first = submit(client, *flags, wait=False, submission_id="batch-stopped")
+    assert first.returncode == 0, first.stderr
+    deadline = time.monotonic() + 600
+    wait_for_shards(out, 2, deadline)
+    stop = subprocess.run(
+        [str(SERVE_RAY), "job", "stop", "--no-wait", "batch-stopped"], capture_output=True, text=True, env={**os.environ, **client}
+    )
+    assert stop.returncode == 0, stop.stderr
+    assert wait_for_end(client, "batch-stopped", deadline) in ("stopped", "succeeded")
+    _, rows_before = committed_rows(out)
+    summary = rerun_completes(client, flags, out, ids)
+    assert 0 < summary["requests"] == 60 - rows_before  # some rows were left, and only they were sent
+
+
+def test_a_host_killed_mid_run_loses_no_row_and_a_rerun_finishes_what_is_left(sim, tmp_path):
     state, client = sim
     data, ids, _ = prompts_file(tmp_path, 120)
     out = tmp_path / "out"
@@ -115,36 +179,17 @@ def test_a_host_killed_mid_run_loses_no_row_and_the_rerun_sends_only_the_rest(si
     first = submit(client, *flags, wait=False, submission_id="batch-killed")
     assert first.returncode == 0, first.stderr
     deadline = time.monotonic() + 600
-    while len(list(out.glob("shard-*.parquet"))) < 2 and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert len(list(out.glob("shard-*.parquet"))) >= 2, "no shard committed in time"
+    wait_for_shards(out, 2, deadline)
     killed = serve_run("-m", "jobs.local", "kill-host", "--state-dir", str(state), "--slice", "0", "--host", "1", "--back-after", "2")
     assert killed.returncode == 0, killed.stderr
-    status = ""
-    while time.monotonic() < deadline:
-        status = subprocess.run(
-            [str(SERVE_RAY), "job", "status", "batch-killed"], capture_output=True, text=True, env={**os.environ, **client}, timeout=60
-        ).stdout
-        if "SUCCEEDED" in status or "FAILED" in status:
-            break
-        time.sleep(2)
-    assert "SUCCEEDED" in status or "FAILED" in status, status  # it carried on, or stopped: never hung
-    before = {p.name for p in out.glob("shard-*.parquet")}
-    committed_rows = sum(pq.read_metadata(out / name).num_rows for name in before)
-
+    ended = wait_for_end(client, "batch-killed", deadline)  # it carried on, or stopped: never hung
+    assert ended in ("succeeded", "failed")
+    if ended == "succeeded":  # carried on with the engine left: all of it, each row once
+        assert sorted(r["id"] for r in read_output(out)) == ids
     deadline = time.monotonic() + 120  # the slice whole again (the fresh host registered)
-    while time.monotonic() < deadline:
-        st = serve_run("-m", "jobs.local", "status", "--state-dir", str(state))
-        if st.returncode == 0:
-            break
+    while serve_run("-m", "jobs.local", "status", "--state-dir", str(state)).returncode != 0 and time.monotonic() < deadline:
         time.sleep(2)
-    rerun = submit(client, *flags)
-    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-2000:]
-    summary = json.loads(next(line for line in rerun.stdout.splitlines() if line.startswith("BATCH ")).removeprefix("BATCH "))
-    assert summary["requests"] == 120 - committed_rows and summary["skipped"] == len(before)
-    got = read_output(out)
-    assert sorted(r["id"] for r in got) == ids  # every input row, exactly once
-    assert [p.name for p in out.iterdir()] == sorted(p.name for p in out.glob("shard-*.parquet"))  # only the shards
+    rerun_completes(client, flags, out, ids)
 
 
 def test_the_printed_batch_rayjob_runs_on_the_simulated_slice(tmp_path):

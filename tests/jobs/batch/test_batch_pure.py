@@ -72,6 +72,32 @@ def test_an_output_of_another_run_or_with_other_files_is_refused_naming_why(tmp_
         shards.committed(str(a_file), KEY)
 
 
+def test_prompts_from_gcs_and_shards_committed_to_gcs_as_locally(gcs):
+    """gs:// in and out through the real gcsfs and pyarrow clients (the emulated GCS): the prompts of
+    a directory of JSON lines and one of parquet, a shard uploaded whole under its name and counted by a rerun, an
+    output holding anything else refused."""
+    from jobs.runtime import storage
+
+    storage.write_bytes(f"{gcs}/in/a.jsonl", b'{"id": "x", "prompt": "one"}\n')
+    storage.write_bytes(f"{gcs}/in/b.jsonl", b'{"id": "y", "prompt": "two"}\n')
+    got = read_prompts(f"{gcs}/in", "prompt")
+    assert (got.ids, got.texts) == (("x", "y"), ("one", "two"))
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.table({"id": [7], "question": ["three"]}), sink)
+    storage.write_bytes(f"{gcs}/pq/part-0.parquet", sink.getvalue().to_pybytes())
+    got = read_prompts(f"{gcs}/pq", "question")
+    assert (got.ids, got.texts, got.source) == ((7,), ("three",), "parquet")
+    out = f"{gcs}/out"
+    assert shards.committed(out, KEY) == set()
+    shards.write_shard(out, 2, columns(range(4, 5)), KEY)
+    assert [f.rsplit("/", 1)[-1] for f in storage.list_files(out)] == ["shard-000002.parquet"]
+    assert pq.read_table(storage.filesystem(out)[1] + "/shard-000002.parquet", filesystem=storage.filesystem(out)[0]).num_rows == 1
+    assert shards.committed(out, KEY) == {2}
+    storage.write_bytes(f"{out}/README", b"mine")
+    with pytest.raises(shards.OutputError, match="holds other files \\(README\\)"):
+        shards.committed(out, KEY)
+
+
 def test_prompts_keep_the_inputs_ids_as_given_and_use_the_index_where_there_are_none(tmp_path):
     jsonl = tmp_path / "p.jsonl"
     jsonl.write_text("\n".join(json.dumps({"id": i * 10, "prompt": f"p{i}"}) for i in range(3)) + "\n")
@@ -201,3 +227,25 @@ def test_a_batch_rayjob_without_a_serving_image_or_with_another_is_refused_in_on
         proc = print_batch_rayjob(*flags)
         assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and needle in proc.stderr, proc.stderr
         assert proc.stdout == ""
+
+
+def test_rows_come_back_in_any_order_and_twice_yet_each_shard_is_committed_once_whole(tmp_path):
+    """Ray Data retries a lost engine's blocks on the engines left: a row may come back twice, even
+    after its shard was committed. The collector commits a shard once all its rows are in, and
+    counts each row once."""
+    from jobs.batch.__main__ import Collector
+    from jobs.batch.prompts import Prompts
+
+    prompts = Prompts(tuple(f"q{i}" for i in range(5)), tuple(f"p{i}" for i in range(5)), "json")
+    out = tmp_path / "out"
+    c = Collector(prompts, shards.plan(5, 2), {0, 1, 2}, str(out), KEY)
+
+    def row(i: int) -> dict:
+        return {"_row": i, "completion": f"c{i}", "prompt_tokens": 2, "completion_tokens": 3, "finish_reason": "length"}
+
+    for i in (4, 1, 0, 1, 3, 0, 2, 4):
+        c.add(row(i))
+    assert (c.committed, c.done_rows, c.tokens) == (3, 5, 15)
+    assert sorted(p.name for p in out.iterdir()) == [shards.shard_name(i) for i in range(3)]
+    got = [r for i in range(3) for r in pq.read_table(out / shards.shard_name(i)).to_pylist()]
+    assert [(r["id"], r["completion"]) for r in got] == [(f"q{i}", f"c{i}") for i in range(5)]
