@@ -4,7 +4,7 @@
   imports cdktf, constructs or the provider bindings.
 - `jobs` is layered: the package root, then `jobs.runtime` (runs on the cluster: no argparse, no
   print), then `jobs.cli` (the shared flags), then the roles (train, serve, healthcheck, local,
-  client), then the entry points (submit, demo, serve_demo, serve_smoke, export). A module imports its own
+  client, batch), then the entry points (submit, demo, serve_demo, serve_smoke, export). A module imports its own
   role and lower layers only; one role never imports another, except where ALLOWED says why.
 - No import cycles between modules.
 """
@@ -31,6 +31,7 @@ JOBS_LAYERS = {
     "jobs.healthcheck": 3,
     "jobs.local": 3,
     "jobs.client": 3,
+    "jobs.batch": 3,
     "jobs.submit": 4,
     "jobs.demo": 4,
     "jobs.serve_demo": 4,
@@ -42,6 +43,8 @@ JOBS_LAYERS = {
 ALLOWED = {
     ("jobs.serve.smoke", "jobs.client"): "the serving smoke test is a laptop-side client: it reuses the port-forward",
     ("jobs.local.rayjob", "jobs.client"): "it submits as KubeRay's submitter would, through the same bounded Jobs API client",
+    ("jobs.batch.__main__", "jobs.serve"): "batch runs the CPU engine with serving's offline settings, one definition of them",
+    ("jobs.batch.prompts", "jobs.train"): "prompts are found as `jobs.train --data` finds text files, one reader of that rule",
 }
 
 

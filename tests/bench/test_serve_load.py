@@ -140,6 +140,7 @@ def run_load(server: FakeOpenAI, tokenizer: Path, tmp_path: Path) -> subprocess.
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
 
 
+@pytest.mark.slow  # keeps make test under 12 minutes on 2 cores; make test-slow runs it
 def test_the_load_comes_from_vllms_client_and_counts_the_servers_usage(tokenizer, tmp_path):
     with fake_server() as server:
         proc = run_load(server, tokenizer, tmp_path)
@@ -166,6 +167,7 @@ def test_a_server_that_returns_fewer_tokens_than_asked_fails_the_load(tokenizer,
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow  # keeps make test under 12 minutes on 2 cores; make test-slow runs it
 def test_short_requests_fail_the_load_even_past_the_probe(tokenizer, tmp_path):
     """A server that answers the probe in full but the load's requests short is caught in the
     client's own per-request counts."""

@@ -93,6 +93,7 @@ def printed_rayjob(tmp_path: Path, job: str, name: str, *job_args: str) -> Path:
     return path
 
 
+@pytest.mark.slow  # keeps make test under 12 minutes on 2 cores; make test-slow runs it
 def test_a_healthcheck_rayjob_completes_with_kuberays_transitions_through_a_dropped_log_stream(state_dir, tmp_path):
     """The printed RayJob (K8sJobMode, our submitter) runs to Complete; while its job runs, the
     network between the submitter and the head drops (every connection reset): the submitter follows

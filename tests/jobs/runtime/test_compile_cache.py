@@ -7,6 +7,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from infra import serving
 from jobs import REPO_ROOT
 from jobs.runtime import compile_cache
@@ -48,6 +50,32 @@ def test_a_cache_path_that_cannot_be_created_is_one_line_at_parse_time(tmp_path)
     one_line_error(train_parse("--compilation-cache", str(blocker / "cache")), str(blocker / "cache"))
 
 
+def test_an_unreachable_gs_cache_is_refused_within_the_probes_bound(tmp_path):
+    """The probe's bound, at 2 s (jobs.train's parse waits PROBE_TIMEOUT_S, below in make test-slow)."""
+    import os
+
+    from jobs.runtime.net import free_port
+
+    code = (
+        "import sys; from jobs.runtime.compile_cache import CacheError, check_reachable\n"
+        "try:\n    check_reachable(sys.argv[1], timeout_s=2.0)\nexcept CacheError as err:\n    print(err)\n"
+    )
+    env = {**os.environ, "STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{free_port()}"}  # nothing listens there
+    proc = subprocess.run(
+        [sys.executable, "-c", code, "gs://no-such-bucket/xla-cache/train"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert (
+        proc.returncode == 0
+        and proc.stdout.strip() == "gs://no-such-bucket/xla-cache/train did not answer within 2 s (JAX would hang on its first compile)"
+    ), proc.stdout + proc.stderr
+
+
+@pytest.mark.slow  # keeps make test under 12 minutes on 2 cores; make test-slow runs it
 def test_an_unreachable_gs_cache_is_one_line_at_parse_time_not_a_hang(tmp_path):
     import os
 
