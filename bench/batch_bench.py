@@ -2,11 +2,12 @@
 machine (a local Ray, one CPU engine) against what a user would script instead, `vllm.LLM.generate`
 over the same prompts and sampling settings in one process; and what a rerun after a kill costs.
 
-    .venv-serve/bin/python bench/batch_bench.py [--prompts 256] [--max-tokens 32] [--shard-rows 16]
+    .venv-serve/bin/python bench/batch_bench.py [--prompts 1024] [--max-tokens 32] [--shard-rows 16] [--model-size tiny|small]
 
 Both sides are timed whole, as a user waits for them: process start to the last completion written
 (vLLM's engine start included on both; jobs.batch's also starts Ray and Ray Data). The tiny random
-Llama jobs.serve makes, float32, eager, greedy.
+Llama jobs.serve makes (`--model-size small`: one of about 20M parameters, whose decoding steps are
+compute as a real model's are, where the tiny one's are overhead), float32, eager, greedy.
 
 Targets, each on a line ending in `met` or `NOT met`:
 1. output tokens/s of jobs.batch against vllm.LLM.generate: >= 0.8x.
@@ -28,6 +29,8 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
+
+from bench.verdict import verdict  # noqa: E402
 
 
 def batch(model: Path, data: Path, out: Path, args: argparse.Namespace, kill_after_shards: int | None = None) -> dict:
@@ -55,23 +58,37 @@ def batch(model: Path, data: Path, out: Path, args: argparse.Namespace, kill_aft
     return {**summary, "pipeline_s": summary["seconds"], "seconds": time.monotonic() - started}  # wall time, as a user waits
 
 
-def verdict(name: str, ours: float, base: float, target: float, at_most: bool) -> str:
-    ratio = ours / base if base > 0 else float("inf")
-    met = ratio <= target if at_most else ratio >= target
-    return f"{name:58} {ours:8.2f} {base:8.2f} {ratio:7.2f}x {'<=' if at_most else '>='} {target}x  {'met' if met else 'NOT met'}"
+# Random Llamas by size (jobs.serve.tiny_model's shapes; head_dim 64, which vLLM's CPU attention takes).
+MODEL_SIZES: dict[str, dict[str, int]] = {
+    "tiny": {},
+    "small": {"hidden_size": 512, "intermediate_size": 1408, "num_hidden_layers": 6, "num_attention_heads": 8, "num_key_value_heads": 8},
+}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench/batch_bench.py", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--prompts", type=int, default=256)
+    parser.add_argument("--prompts", type=int, default=1024)
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--shard-rows", type=int, default=16)
+    parser.add_argument(
+        "--model-size",
+        choices=sorted(MODEL_SIZES),
+        default="tiny",
+        help="tiny: serving's test model (a step is microseconds: start-up and per-row overhead dominate); "
+        "small: a random Llama of about 20M parameters, whose steps are compute, as a real model's are",
+    )
     args = parser.parse_args(argv)
 
-    from jobs.serve.local import apply_offline_environment, ensure_model
+    from jobs.serve.local import MODEL_DIR, apply_offline_environment, ensure_model
+    from jobs.serve.tiny_model import TinyLlamaConfig, is_complete, make_tiny_model
 
     apply_offline_environment()
-    model = ensure_model()
+    if args.model_size == "tiny":
+        model = ensure_model()
+    else:
+        model = MODEL_DIR.parent / f"{args.model_size}-llama"
+        if not is_complete(model):
+            make_tiny_model(model, cfg=TinyLlamaConfig(**MODEL_SIZES[args.model_size]))
     work = Path(tempfile.mkdtemp(prefix="batch-bench-"))
     texts = [f"Question {i}: the numbers after {i} are" for i in range(args.prompts)]
     data = work / "prompts.jsonl"
@@ -109,7 +126,10 @@ def main(argv: list[str] | None = None) -> int:
     rerun = batch(model, data, work / "restart", args)
 
     print()
-    print(f"batch benchmark on this machine's CPU ({os.cpu_count()} cores): {args.prompts} prompts, {args.max_tokens} tokens, greedy")
+    print(
+        f"batch benchmark on this machine's CPU ({os.cpu_count()} cores): the {args.model_size} model, {args.prompts} prompts, "
+        f"{args.max_tokens} tokens, greedy"
+    )
     print(
         f"  vllm.LLM.generate: {base_tokens} tokens in {base_s:.1f} s (generate alone {result['generate_s']:.1f} s: "
         f"{base_tokens / result['generate_s']:.1f} tokens/s)"

@@ -52,6 +52,8 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from jobs_bench import MODEL_FLAGS  # noqa: E402  (the same model as the start-up bench)
 
+from bench.verdict import verdict  # noqa: E402
+
 SLICES = ("bench-v4-a", "bench-v4-b")
 FAULTED = (SLICES[1], 1)  # the host every run loses
 NOTICE_S = 12.0  # infra.disruption.TPU_POD_SHUTDOWN.drain_s: what a preempted TPU pod's drain gives
@@ -181,12 +183,6 @@ def describe(label: str, result: dict[str, Any]) -> str:
             *("  " + line for line in account.describe().splitlines()),
         ]
     )
-
-
-def verdict(name: str, ours: float, base: float, target: float, at_most: bool = True) -> str:
-    ratio = ours / base if base > 0 else float("inf")
-    met = ratio <= target if at_most else ratio >= target
-    return f"{name:58} {ours:8.2f} {base:8.2f} {ratio:7.2f}x {'<=' if at_most else '>='} {target}x  {'met' if met else 'NOT met'}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -203,6 +203,7 @@ def rayjob_docs(env: Environment, args: argparse.Namespace) -> list[dict]:
         pip=() if image else tuple(dict.fromkeys([*env.ray.job_pip, *job_requirements(env, group.generation, requirements)])),
         priority=priority,
         image=image,
+        mount_bucket=image is not None,  # vLLM reads a gs:// model through the bucket's mount
     )
     docs = rayjob_manifests(env, request)
     job = docs[-1]

@@ -22,6 +22,8 @@ The rules behind each choice, with their sources, are in `infra.kube_facts`.
 - The code: the project's TPU image (images/tpu.Dockerfile) for the head, the workers and the
   submitter: the entrypoint runs on the head, and the image carries `jobs/` and `infra/` and the
   jobs' requirements. No shared code prefix in the bucket, which concurrent jobs would overwrite.
+  A batch job runs the serving image (vLLM) everywhere instead, and its head and workers mount the
+  environment's bucket at /gcs (infra.manifests.bucket_mount), where vLLM reads a gs:// model.
 - Kueue (when the environment has a `kueue` section): the queue-name and priority-class labels;
   the TPU workers tolerate `google.com/tpu` in their template, where Kueue reads tolerations (GKE
   adds it to pods only when they are created); for a queued-provisioning group also the
@@ -41,6 +43,7 @@ import yaml
 from infra.config import Environment, SliceGroup
 from infra.images import PROJECT_SERVE_IMAGE_FORM, PROJECT_TPU_IMAGE_FORM, is_project_serve_image, is_project_tpu_image
 from infra.kube_facts import DWS_MAX_RUN_S, MAX_MULTI_HOST_RAYJOB_NAME, cite
+from infra.manifests.bucket_mount import with_bucket_mount
 from infra.manifests.network_policy import network_policy
 from infra.manifests.raycluster import (
     CONTAINER_SECURITY,
@@ -91,6 +94,9 @@ class RayJobRequest:
     pip: tuple[str, ...] = ()
     priority: str | None = None
     image: str | None = None  # every pod's image when not the TPU image: the serving image, for batch inference
+    # The environment's bucket at /gcs in the head's and the workers' pods (infra.manifests.bucket_mount):
+    # vLLM reads a gs:// model from there, as the RayService's replicas do.
+    mount_bucket: bool = False
 
     @property
     def runtime_env(self) -> dict[str, Any]:
@@ -185,6 +191,9 @@ def ray_job(env: Environment, request: RayJobRequest) -> dict[str, Any]:
     pod = worker["template"]["spec"]
     pod["containers"][0]["image"] = image  # the TPU image, or the serving image a batch job asked for
     pod["tolerations"] = [*pod.get("tolerations", []), TPU_TOLERATION]
+    if request.mount_bucket:
+        head, worker = with_bucket_mount(env, head), with_bucket_mount(env, worker)
+        pod = worker["template"]["spec"]
     annotations: dict[str, str] = {}
     if group.capacity_kind == "queued-provisioning":
         # Queued-provisioning nodes carry the gke-queued label and taint (GKE's ray-kueue-dws

@@ -7,12 +7,12 @@
   slices are the RayService's alone (the RayCluster gets the group's other slices), and its worker
   group is named `<group>-serve`: older Ray TPU webhooks pair a multi-host replica's pods by
   `<groupName>-<replica>` across every RayCluster in the namespace.
-- Every pod mounts the environment's bucket with the GCS FUSE CSI driver at /gcs: the weights of a
-  `gs://` model are read from there, the XLA compile cache is written there (so a restarted replica
-  skips most of the compilation), and the repo's `infra/` and `jobs/` are loaded from there
-  (`CODE_DIR`, uploaded by `python -m jobs.serve --print-code-sync`). Its Workload Identity
-  service account is the RayCluster's.
-- `/dev/shm` is a memory emptyDir (vLLM and Ray's object store use shared memory).
+- Every pod mounts the environment's bucket with the GCS FUSE CSI driver at /gcs, and shared
+  memory at /dev/shm (infra.manifests.bucket_mount): the weights of a `gs://` model are read from
+  there, the XLA compile cache is written there (so a restarted replica skips most of the
+  compilation), and the repo's `infra/` and `jobs/` are loaded from there (`CODE_DIR`, uploaded by
+  `python -m jobs.serve --print-code-sync`). Its Workload Identity service account is the
+  RayCluster's.
 - Every pod runs Ray Serve's high-throughput path (`infra.serving.SERVE_FAST_PATH_ENV`): HAProxy on
   port 8000 in place of the Python proxy, and the vLLM server replica as its own ingress (direct
   streaming), as `bench/serve_bench.py` measures it against `vllm serve`.
@@ -26,12 +26,12 @@ application's runtime env at every replica start (infra.serving.serve_image / se
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import yaml
 
 from infra.config import ConfigError, Environment
+from infra.manifests.bucket_mount import with_bucket_mount
 from infra.manifests.raycluster import RayClusterPods, auth_options, head_group, labels, tpu_worker_group
 from infra.serving import (
     APP_NAME,
@@ -42,37 +42,14 @@ from infra.serving import (
     SERVE_FAST_PATH_ENV,
     SERVE_MULTI_NODE_ENV,
     SERVE_PORT,
-    XLA_CACHE_DIR,
     ServeConfigError,
     llm_config_kwargs,
     serve_image,
     serve_pip,
 )
 
-BUCKET_VOLUME = "bucket"
-FUSE_CACHE_VOLUME = "gke-gcsfuse-cache"  # the name the GCS FUSE sidecar looks for its file cache
-SHM_VOLUME = "dshm"
 CODE_DIR = f"{BUCKET_MOUNT}/{CODE_PREFIX}"  # gs://BUCKET/code/ray-tpu-gke/{infra,jobs}
 HF_TOKEN_KEY = "HF_TOKEN"
-RAY_UID, RAY_GID = 1000, 100  # the rayproject/ray images' `ray` user
-# implicit-dirs: directories made by other tools show up; the file cache (unbounded, in the
-# sidecar's cache volume) with parallel downloads makes the first read of large weights fast.
-MOUNT_OPTIONS = ",".join(
-    [
-        "implicit-dirs",
-        f"uid={RAY_UID}",
-        f"gid={RAY_GID}",
-        "file-cache:enable-parallel-downloads:true",
-        "file-cache:max-size-mb:-1",
-    ]
-)
-# The sidecar gets no CPU/memory/ephemeral-storage limits: model loading is bursty.
-FUSE_ANNOTATIONS = {
-    "gke-gcsfuse/volumes": "true",
-    "gke-gcsfuse/cpu-limit": "0",
-    "gke-gcsfuse/memory-limit": "0",
-    "gke-gcsfuse/ephemeral-storage-limit": "0",
-}
 
 
 def serve_group_name(group: str) -> str:
@@ -113,7 +90,6 @@ def _pod_env(env: Environment) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = [
         {"name": "PYTHONPATH", "value": CODE_DIR},
         {"name": ENV_VAR, "value": env.name},
-        {"name": "VLLM_XLA_CACHE_PATH", "value": f"{BUCKET_MOUNT}/{XLA_CACHE_DIR}"},
         # Ray Serve's high-throughput path (HAProxy, direct streaming): read by the Serve
         # controller and proxies at start, so it goes on every pod (infra.serving, with sources).
         *({"name": k, "value": v} for k, v in {**SERVE_FAST_PATH_ENV, **SERVE_MULTI_NODE_ENV}.items()),
@@ -123,36 +99,13 @@ def _pod_env(env: Environment) -> list[dict[str, Any]]:
     return out
 
 
-def _volumes(env: Environment) -> list[dict[str, Any]]:
-    return [
-        {
-            "name": BUCKET_VOLUME,
-            "csi": {
-                "driver": "gcsfuse.csi.storage.gke.io",
-                "volumeAttributes": {"bucketName": env.bucket_name, "mountOptions": MOUNT_OPTIONS},
-            },
-        },
-        {"name": FUSE_CACHE_VOLUME, "emptyDir": {}},
-        {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}},
-    ]
-
-
 def _with_serving(env: Environment, group_spec: dict[str, Any], image: str) -> dict[str, Any]:
-    """A head or worker group spec from raycluster.py, plus what serving needs."""
-    spec = copy.deepcopy(group_spec)
-    template = spec["template"]
-    metadata = template.setdefault("metadata", {})
-    metadata["annotations"] = {**metadata.get("annotations", {}), **FUSE_ANNOTATIONS}
-    pod = template["spec"]
-    pod["volumes"] = [*pod.get("volumes", []), *_volumes(env)]
-    (container,) = pod["containers"]
+    """A head or worker group spec from raycluster.py, plus what serving needs: the bucket mount
+    (infra.manifests.bucket_mount), the serving image, the code from the bucket."""
+    spec = with_bucket_mount(env, group_spec)
+    (container,) = spec["template"]["spec"]["containers"]
     container["image"] = image
     container["env"] = [*container.get("env", []), *_pod_env(env)]
-    container["volumeMounts"] = [
-        *container.get("volumeMounts", []),
-        {"name": BUCKET_VOLUME, "mountPath": BUCKET_MOUNT},
-        {"name": SHM_VOLUME, "mountPath": "/dev/shm"},
-    ]
     return spec
 
 

@@ -71,14 +71,33 @@ def model_problem(model: str) -> str | None:
     return None
 
 
+def bucket_mount() -> str:
+    """Where this machine has the environment's bucket (the batch RayJob's pods mount it at /gcs)."""
+    from infra.serving import BUCKET_MOUNT, BUCKET_MOUNT_ENV_VAR
+
+    return os.environ.get(BUCKET_MOUNT_ENV_VAR, BUCKET_MOUNT)
+
+
 def engine_model_path(model: str) -> str:
     """Where the engines read `model`: a local directory as it is (made absolute), gs:// through the
     cluster's bucket mount (as serving reads it), an HF id as given."""
-    from infra.serving import BUCKET_MOUNT, mounted_path
+    from infra.serving import mounted_path
 
     if storage.is_remote(model):
-        return mounted_path(model, os.environ.get("RAY_TPU_GKE_BUCKET_MOUNT", BUCKET_MOUNT))
+        return mounted_path(model, bucket_mount())
     return str(Path(model).resolve()) if os.path.isdir(model) else model
+
+
+def mount_problem(model: str) -> str | None:
+    """Why the engines could not read a gs:// `model` here, or None: vLLM reads it through the
+    bucket's GCS FUSE mount, which the batch RayJob's pods have (infra.manifests.bucket_mount)."""
+    if not storage.is_remote(model) or os.path.isdir(path := engine_model_path(model)):
+        return None
+    return (
+        f"the engines read {model} through the environment's bucket mounted at {bucket_mount()}, and {path} is not there on "
+        "this machine: run it as a RayJob (`python -m jobs.submit batch --rayjob`: its pods mount the environment's bucket) "
+        "with the model in that bucket, or pass a local directory"
+    )
 
 
 def cpu_engine_env() -> dict[str, str]:
@@ -99,7 +118,6 @@ class Collector:
     output: str
     key: shards.RunKey
     rows: dict[int, dict[int, dict[str, Any]]] = field(default_factory=dict)
-    committed: int = 0
     done: set[int] = field(default_factory=set)  # shards committed by this run
     done_rows: int = 0
     tokens: int = 0
@@ -108,11 +126,17 @@ class Collector:
     error: BaseException | None = None
     finished: bool = False
 
+    @property
+    def committed(self) -> int:
+        return len(self.done)
+
     def add(self, row: dict[str, Any]) -> None:
         index = int(row["_row"])
         shard = index // self.key.shard_rows
+        if shard in self.done:  # a retried block's row of a shard already committed
+            return
         got = self.rows.setdefault(shard, {})
-        if index in got or shard in self.done:  # a retried block: the same row again, kept once
+        if index in got:  # a retried block: the same row again, kept once
             return
         got[index] = row
         self.last_row = time.monotonic()
@@ -133,7 +157,6 @@ class Collector:
         }
         shards.write_shard(self.output, shard, columns, self.key)
         self.done.add(shard)
-        self.committed += 1
         self.last_commit = time.monotonic()
 
 
@@ -160,7 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(sys.argv[1:] if argv is None else list(argv))
     on_cluster = bool(os.environ.get("RAY_ADDRESS"))
     target = cli.resolve_target(parser, args) if on_cluster else None
-    problem = model_problem(args.model)
+    problem = model_problem(args.model) or mount_problem(args.model)
     if problem:
         parser.error(f"argument --model: {problem}")
     try:
@@ -184,6 +207,9 @@ def _run(
 ) -> int:
     import ray
 
+    # Ray Data's LLM processor imports vLLM in the driver (seconds of CPU): under way while Ray starts.
+    warm = threading.Thread(target=_import_vllm, daemon=True)
+    warm.start()
     if target is None:  # no cluster: a local Ray with one CPU engine, offline (as jobs.serve.local)
         from jobs.serve.local import apply_offline_environment
 
@@ -210,6 +236,7 @@ def _run(
                 f"[batch] {layout.describe()}" + (f" on {', '.join(reservation.slice_names)}" if reservation else " on this machine"),
                 flush=True,
             )
+            warm.join()
             processor = engine.build(
                 engine_model_path(args.model),
                 layout,
@@ -222,8 +249,10 @@ def _run(
 
             def consume() -> None:
                 try:
-                    for row in results.iter_rows():
-                        collector.add(row)
+                    # Whole blocks as they come (no re-batching), turned into rows by Arrow, not row by row.
+                    for block in results.iter_batches(batch_size=None, batch_format="pyarrow"):
+                        for row in block.to_pylist():
+                            collector.add(row)
                 except BaseException as err:  # reported by the loop below
                     collector.error = err
                 finally:
@@ -274,6 +303,13 @@ def _run(
     print("BATCH " + json.dumps(summary), flush=True)
     ray.shutdown()
     return 0
+
+
+def _import_vllm() -> None:
+    try:
+        import vllm  # noqa: F401
+    except Exception:  # engine.build imports it again and reports what is wrong
+        pass
 
 
 class _nothing:

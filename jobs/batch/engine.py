@@ -24,6 +24,23 @@ from typing import Any
 from infra import catalog
 
 VLLM_STAGE = "vLLMEngineStage"
+# What `vllm.LLM` schedules per step by default, (max_num_seqs, max_num_batched_tokens), per platform:
+# vLLM 0.29.0 vllm/engine/arg_utils.py EngineArgs.get_batch_defaults, UsageContext.LLM_CLASS, read
+# 2026-12-06. Ray Data's engine is an AsyncLLM built without a usage context, so it would get the
+# generic SchedulerConfig defaults (128 sequences, 2048 tokens): half of what `vllm.LLM.generate`
+# runs on CPU. Set here, each engine runs as the offline `vllm.LLM` would on its platform (chips not
+# named there take its other-hardware row).
+OFFLINE_BATCH_DEFAULTS: dict[str, tuple[int, int]] = {
+    "cpu": (256, 4096),
+    "v6e": (256, 2048),
+    "v5e": (256, 1024),
+    "v5p": (256, 512),
+    "other": (256, 8192),
+}
+# Rows per block sent to an engine, and how many blocks each engine runs at once: enough rows in
+# flight (8 x 64 = 512) to keep the scheduler's 256 sequences full while finished blocks come back.
+BATCH_ROWS = 64
+CONCURRENT_BATCHES = 8
 
 
 @dataclass(frozen=True)
@@ -39,15 +56,26 @@ class EngineLayout:
         return f"{self.engines} vLLM engine(s), one per host, tensor parallel {tp} ({kind})"
 
 
+def scheduler_kwargs(platform: str) -> dict[str, int]:
+    """The offline `vllm.LLM` scheduler defaults of `platform` ("cpu" or a TPU generation) (pure)."""
+    seqs, tokens = OFFLINE_BATCH_DEFAULTS.get(platform, OFFLINE_BATCH_DEFAULTS["other"])
+    return {"max_num_seqs": seqs, "max_num_batched_tokens": tokens}
+
+
 def layout(shape: catalog.SliceShape | None, slices: int, on_cpu: bool, max_model_len: int) -> EngineLayout:
     """The engines of a run on `slices` slices of `shape` (None: no cluster, this machine) (pure)."""
-    cpu = {"max_model_len": max_model_len, "dtype": "float32", "enforce_eager": True}
+    cpu = {"max_model_len": max_model_len, "dtype": "float32", "enforce_eager": True, **scheduler_kwargs("cpu")}
     if shape is None:
         return EngineLayout(1, {"CPU": 1}, cpu)
     bundle = {"CPU": 1.0, "TPU": float(shape.chips_per_host)}
     if on_cpu:
         return EngineLayout(shape.hosts * slices, bundle, cpu)
-    kwargs = {"max_model_len": max_model_len, "tensor_parallel_size": shape.chips_per_host, "distributed_executor_backend": "uni"}
+    kwargs = {
+        "max_model_len": max_model_len,
+        "tensor_parallel_size": shape.chips_per_host,
+        "distributed_executor_backend": "uni",
+        **scheduler_kwargs(shape.generation.name),
+    }
     return EngineLayout(shape.hosts * slices, bundle, kwargs, shape.generation.ray_accelerator_type)
 
 
@@ -77,7 +105,7 @@ def build(
     max_tokens: int,
     temperature: float,
     placement_group: Any = None,
-    batch_size: int = 16,
+    batch_size: int = BATCH_ROWS,
     env_vars: dict[str, str] | None = None,
 ):
     """Ray Data's LLM processor for raw-text prompts: no chat template (prompts go to the engine as
@@ -96,12 +124,15 @@ def build(
         model_source=model_dir,
         engine_kwargs=dict(engines.engine_kwargs),
         chat_template_stage=False,
-        tokenize_stage=True,
+        # The engine tokenizes the text itself, as `vllm.LLM.generate` does (its output carries the
+        # prompt's token ids): no tokenizer actor to start and feed.
+        tokenize_stage=False,
         # vLLM's own text, not a second decode: Ray Data's detokenize stage decodes the tokens whole,
         # where vLLM's incremental detokenizer holds back a cut UTF-8 sequence at the end (the two
         # differed on a byte-level completion in the tests); one actor fewer too.
         detokenize_stage=False,
         batch_size=batch_size,
+        max_concurrent_batches=CONCURRENT_BATCHES,
         concurrency=(engines.engines, engines.engines),
         # No accelerator_type: its label resource is not in the reservation's bundles, and the
         # reservation already picked the hosts of the right type.

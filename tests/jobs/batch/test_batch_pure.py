@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from infra import catalog
+from infra.config import load_environment
 from jobs.batch import engine, shards
 from jobs.batch.prompts import BatchInputError, read_prompts
 
@@ -129,9 +130,26 @@ def test_one_engine_per_host_tensor_parallel_over_its_chips_cpu_on_the_simulatio
     shape = catalog.shape("v6e", "4x4")
     tpu = engine.layout(shape, 2, on_cpu=False, max_model_len=2048)
     assert tpu.engines == 8 and tpu.bundle == {"CPU": 1.0, "TPU": 4.0}
-    assert tpu.engine_kwargs == {"max_model_len": 2048, "tensor_parallel_size": 4, "distributed_executor_backend": "uni"}
+    # Each engine schedules as the offline vllm.LLM does on its platform (vLLM 0.29.0
+    # EngineArgs.get_batch_defaults, UsageContext.LLM_CLASS): v6e 256 sequences / 2048 tokens, CPU
+    # 256 / 4096, a chip it does not name (v4) its other-hardware row, 256 / 8192.
+    assert tpu.engine_kwargs == {
+        "max_model_len": 2048,
+        "tensor_parallel_size": 4,
+        "distributed_executor_backend": "uni",
+        "max_num_seqs": 256,
+        "max_num_batched_tokens": 2048,
+    }
+    v4 = engine.layout(catalog.shape("v4", "2x2x2"), 1, on_cpu=False, max_model_len=512)
+    assert (v4.engines, v4.engine_kwargs["max_num_seqs"], v4.engine_kwargs["max_num_batched_tokens"]) == (2, 256, 8192)
     sim = engine.layout(shape, 1, on_cpu=True, max_model_len=512)
-    assert sim.engines == 4 and sim.engine_kwargs == {"max_model_len": 512, "dtype": "float32", "enforce_eager": True}
+    assert sim.engines == 4 and sim.engine_kwargs == {
+        "max_model_len": 512,
+        "dtype": "float32",
+        "enforce_eager": True,
+        "max_num_seqs": 256,
+        "max_num_batched_tokens": 4096,
+    }
     local = engine.layout(None, 1, on_cpu=True, max_model_len=512)
     assert local.engines == 1 and local.bundle == {"CPU": 1}
 
@@ -188,6 +206,30 @@ def test_each_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, case, n
     assert (sorted(p.name for p in out.iterdir()) if out.exists() else None) == before  # nothing written
 
 
+def test_a_gs_model_is_read_through_the_bucket_mount_and_refused_in_one_line_where_there_is_none(gcs, tmp_path, monkeypatch):
+    """The engines read a gs:// model through the bucket's FUSE mount (the batch RayJob's pods have it,
+    above): with no mount here the job says so in one line, exit 2, before Ray starts; with the
+    mount (RAY_TPU_GKE_BUCKET_MOUNT, as on a pod) the engines get the mounted directory."""
+    from jobs.batch.__main__ import engine_model_path, mount_problem
+    from jobs.runtime import storage
+
+    model = f"{gcs}/models/tiny"
+    storage.write_bytes(f"{model}/config.json", json.dumps({"model_type": "llama"}).encode())
+    data = tmp_path / "p.jsonl"
+    data.write_text('{"prompt": "hello"}\n')
+    out = tmp_path / "out"
+    proc = run_batch("--model", model, "--data", str(data), "--output", str(out))
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert "argument --model: the engines read gs://" in line and "mounted at /gcs" in line and "--rayjob" in line, line
+    assert not out.exists()
+    mount = tmp_path / "mount"
+    _, _, path = model.removeprefix("gs://").partition("/")
+    (mount / path).mkdir(parents=True)
+    monkeypatch.setenv("RAY_TPU_GKE_BUCKET_MOUNT", str(mount))
+    assert (engine_model_path(model), mount_problem(model)) == (f"{mount}/{path}", None)
+
+
 SERVE_IMAGE = "us-docker.pkg.dev/my-gcp-project/ray-tpu-gke/ray-serve-tpu@sha256:" + "cd" * 32
 TPU_IMAGE = "us-docker.pkg.dev/my-gcp-project/ray-tpu-gke/ray-tpu@sha256:" + "ab" * 32
 CRDS = REPO.parent / "shared" / "kuberay" / "crds"
@@ -214,6 +256,20 @@ def test_a_batch_rayjob_runs_the_serving_image_everywhere_and_validates_strictly
     images.append(spec["submitterPodTemplate"]["spec"]["containers"][0]["image"])
     assert images == [SERVE_IMAGE] * len(images)
     assert "runtimeEnvYAML" not in spec or "pip" not in spec["runtimeEnvYAML"]  # vLLM is in the image: no pip
+    # The head (the driver checks the model there) and the workers (the engines read it) mount the
+    # environment's bucket at /gcs with the GCS FUSE CSI driver, as the RayService's pods do.
+    bucket = load_environment("prod").bucket_name
+    for group in [spec["rayClusterSpec"]["headGroupSpec"], *spec["rayClusterSpec"]["workerGroupSpecs"]]:
+        template = group["template"]
+        assert template["metadata"]["annotations"]["gke-gcsfuse/volumes"] == "true"
+        volumes = {v["name"]: v for v in template["spec"]["volumes"]}
+        (container,) = template["spec"]["containers"]
+        mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+        assert volumes[mounts["/gcs"]]["csi"]["driver"] == "gcsfuse.csi.storage.gke.io"
+        assert volumes[mounts["/gcs"]]["csi"]["volumeAttributes"]["bucketName"] == bucket
+        assert volumes[mounts["/dev/shm"]]["emptyDir"] == {"medium": "Memory"}
+    submitter = spec["submitterPodTemplate"]["spec"]
+    assert "volumes" not in submitter and "volumeMounts" not in submitter["containers"][0]  # it only submits
     if not CRDS.is_dir():
         pytest.skip("../shared/kuberay/crds is not here")
     assert errors(CRDS, rayjob) == []
