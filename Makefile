@@ -177,6 +177,7 @@ bench: setup serve-setup ## benchmarks: synth vs bare provider import, jobs vs b
 	else echo "gpu bench: no NVIDIA GPU here (bench/gpu_mfu.py: the 1b step's MFU, change by change, where there is one)"; fi
 	.venv-serve/bin/python bench/serve_bench.py
 	.venv-serve/bin/python bench/batch_bench.py
+	.venv-serve/bin/python bench/batch_bench.py --model-size small
 
 clean: ## remove build outputs (keeps the venvs)
 	rm -rf cdktf.out build .pytest_cache
