@@ -99,6 +99,11 @@ def served_model_id(serving: Serving) -> str:
     return serving.model
 
 
+def bucket_mount_path() -> str:
+    """Where this pod has the environment's bucket: BUCKET_MOUNT, or BUCKET_MOUNT_ENV_VAR where set."""
+    return os.environ.get(BUCKET_MOUNT_ENV_VAR, BUCKET_MOUNT)
+
+
 def mounted_path(gs_uri: str, bucket_mount: str) -> str:
     """gs://BUCKET/models/x -> <mount>/models/x (the mount is the bucket's root)."""
     _, _, path = gs_uri[len("gs://") :].partition("/")

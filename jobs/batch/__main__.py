@@ -71,30 +71,25 @@ def model_problem(model: str) -> str | None:
     return None
 
 
-def bucket_mount() -> str:
-    """Where this machine has the environment's bucket (the batch RayJob's pods mount it at /gcs)."""
-    from infra.serving import BUCKET_MOUNT, BUCKET_MOUNT_ENV_VAR
-
-    return os.environ.get(BUCKET_MOUNT_ENV_VAR, BUCKET_MOUNT)
-
-
 def engine_model_path(model: str) -> str:
     """Where the engines read `model`: a local directory as it is (made absolute), gs:// through the
     cluster's bucket mount (as serving reads it), an HF id as given."""
-    from infra.serving import mounted_path
+    from infra.serving import bucket_mount_path, mounted_path
 
     if storage.is_remote(model):
-        return mounted_path(model, bucket_mount())
+        return mounted_path(model, bucket_mount_path())
     return str(Path(model).resolve()) if os.path.isdir(model) else model
 
 
 def mount_problem(model: str) -> str | None:
     """Why the engines could not read a gs:// `model` here, or None: vLLM reads it through the
     bucket's GCS FUSE mount, which the batch RayJob's pods have (infra.manifests.bucket_mount)."""
+    from infra.serving import bucket_mount_path
+
     if not storage.is_remote(model) or os.path.isdir(path := engine_model_path(model)):
         return None
     return (
-        f"the engines read {model} through the environment's bucket mounted at {bucket_mount()}, and {path} is not there on "
+        f"the engines read {model} through the environment's bucket mounted at {bucket_mount_path()}, and {path} is not there on "
         "this machine: run it as a RayJob (`python -m jobs.submit batch --rayjob`: its pods mount the environment's bucket) "
         "with the model in that bucket, or pass a local directory"
     )

@@ -29,10 +29,10 @@ from infra.config import ConfigError, load_environment
 from infra.serving import (
     APP_NAME,
     BUCKET_MOUNT,
-    BUCKET_MOUNT_ENV_VAR,
     ENV_VAR,
     SERVE_PORT,
     ServeConfigError,
+    bucket_mount_path,
     code_sync_commands,
     cpu_llm_config_kwargs,
     llm_config_kwargs,
@@ -43,7 +43,7 @@ from jobs.runtime.deadlines import wait_until
 
 def bucket_mount_here() -> str | None:
     """The bucket mount if this node has it (the RayService mounts it on every pod)."""
-    mount = os.environ.get(BUCKET_MOUNT_ENV_VAR, BUCKET_MOUNT)
+    mount = bucket_mount_path()
     return mount if mount and os.path.isdir(mount) else None
 
 
