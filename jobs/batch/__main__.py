@@ -118,6 +118,7 @@ class Collector:
     tokens: int = 0
     last_commit: float = field(default_factory=time.monotonic)
     last_row: float = field(default_factory=time.monotonic)
+    first_row: float | None = None  # when the engines' first row came back
     error: BaseException | None = None
     finished: bool = False
 
@@ -135,6 +136,8 @@ class Collector:
             return
         got[index] = row
         self.last_row = time.monotonic()
+        if self.first_row is None:
+            self.first_row = self.last_row
         self.done_rows += 1
         self.tokens += int(row["completion_tokens"])
         if len(got) == len(self.plan[shard]):
@@ -174,6 +177,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, c
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    job_started = time.monotonic()
     parser = _parser()
     args = parser.parse_args(sys.argv[1:] if argv is None else list(argv))
     on_cluster = bool(os.environ.get("RAY_ADDRESS"))
@@ -194,16 +198,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("BATCH " + json.dumps({"rows": len(prompts), "shards": len(plan), "written": 0, "skipped": len(done), "requests": 0}))
         return 0
     shards.clear_leftovers(args.output)
-    return _run(args, target, prompts, plan, pending, key, len(done))
+    return _run(args, target, prompts, plan, pending, key, len(done), job_started)
 
 
 def _run(
-    args: argparse.Namespace, target: cli.SliceTarget | None, prompts: Prompts, plan: list[range], pending: list[int], key, skipped: int
+    args: argparse.Namespace,
+    target: cli.SliceTarget | None,
+    prompts: Prompts,
+    plan: list[range],
+    pending: list[int],
+    key,
+    skipped: int,
+    job_started: float,
 ) -> int:
     import ray
 
-    # Ray Data's LLM processor imports vLLM in the driver (seconds of CPU): under way while Ray starts.
-    warm = threading.Thread(target=_import_vllm, daemon=True)
+    # Ray Data's LLM processor (torch, transformers: seconds of CPU): imported while Ray starts.
+    warm = threading.Thread(target=_import_processor, daemon=True)
     warm.start()
     if target is None:  # no cluster: a local Ray with one CPU engine, offline (as jobs.serve.local)
         from jobs.serve.local import apply_offline_environment
@@ -217,7 +228,9 @@ def _run(
     from jobs.runtime.reservation import reserve_slices
 
     on_cpu = os.environ.get("JAX_PLATFORMS", "").split(",")[0] == "cpu"  # the simulation's hosts
-    layout = engine.layout(target.shape if target else None, target.slices if target else 1, on_cpu, args.max_model_len)
+    layout = engine.layout(
+        target.shape if target else None, target.slices if target else 1, on_cpu, args.max_model_len, machine_cores=os.cpu_count() or 1
+    )
     rows = [{"_row": i, "prompt": prompts.texts[i]} for s in pending for i in plan[s]]
     collector = Collector(prompts, plan, set(pending), args.output, key)
     started = time.monotonic()
@@ -257,8 +270,12 @@ def _run(
             hosts = {h.node_id for h in reservation.hosts} if reservation else set()
             last_print = time.monotonic()
             lost: set[str] = set()
+            said_first = False
             while not collector.finished:
                 time.sleep(POLL_S)
+                if collector.first_row is not None and not said_first:
+                    print(f"[batch] first rows back {collector.first_row - job_started:.1f} s after the start", flush=True)
+                    said_first = True
                 if hosts and target:
                     gone = hosts - {n.node_id for n in alive_of_pod_type(ray.nodes(), target.shape.pod_type)}
                     if gone - lost:
@@ -297,12 +314,16 @@ def _run(
     }
     print("BATCH " + json.dumps(summary), flush=True)
     ray.shutdown()
-    return 0
+    # Every shard is committed and said: no interpreter teardown of torch's, vLLM's and Ray Data's
+    # modules and threads (about 2 s on a 2-core machine, waited for by whoever runs it).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
-def _import_vllm() -> None:
+def _import_processor() -> None:
     try:
-        import vllm  # noqa: F401
+        engine.import_processor()
     except Exception:  # engine.build imports it again and reports what is wrong
         pass
 

@@ -7,7 +7,9 @@ host's chips (one process drives them all, `uni` executor) is enough, and a batc
 latency to buy with cross-host tensor parallelism: hosts would only wait on each other's
 collectives. Serving differs (one engine per slice, tensor parallel over all its chips: a request's
 latency is what it sells). On the simulation (hosts whose JAX runs on CPU) each engine is vLLM's CPU
-engine with the settings serving uses there (float32, eager); with no cluster, one CPU engine.
+engine with the settings serving uses there (float32, eager), its worker in the engine core's
+process and the machine's cores shared out as its threads (CPU_ENGINE_ENV); with no cluster, one
+CPU engine.
 
 The slice is reserved whole first (jobs.runtime.reservation, as every job here does), and the
 engines are placed in that reservation's host bundles, one each.
@@ -16,7 +18,7 @@ engines are placed in that reservation's host bundles, one each.
 from __future__ import annotations
 
 import json
-import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,19 @@ OFFLINE_BATCH_DEFAULTS: dict[str, tuple[int, int]] = {
     "v5p": (256, 512),
     "other": (256, 8192),
 }
+# A CPU engine's worker runs inside its EngineCore process: one process and one import of vLLM
+# fewer per engine (about 13 s of a 2-core machine's start-up, which a rerun pays again). vLLM 0.29.0,
+# read 2026-12-06: Ray Data's engine is an AsyncLLM, whose EngineCore always runs in a process of its
+# own (vllm/v1/engine/async_llm.py, make_async_mp_client); on CPU the "uni" executor is turned into
+# "mp", a Worker process more, unless VLLM_ENABLE_V1_MULTIPROCESSING is 0 (vllm/platforms/cpu.py,
+# CpuPlatform.check_and_update_config). With the variable at 0 and "uni", the EngineCore process
+# runs the model itself; the engine is still the AsyncLLM, in its own process.
+CPU_ENGINE_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+# ... and its torch threads: the machine's cores shared out among the engines on it. Ray gives an
+# actor of one CPU OMP_NUM_THREADS=1, and in its own process vLLM's CPU worker keeps what it finds
+# (vllm/v1/worker/cpu_worker.py skips torch.set_num_threads; vllm/utils/torch_utils.py
+# set_torch_threads_for_runtime respects a set OMP_NUM_THREADS). On 2 cores, jobs.batch over the
+# small bench model's 1024 prompts took 76-80 s with 2 threads, 88-92 s with 1 (2026-12-06).
 # Rows per block sent to an engine, and how many blocks each engine runs at once: enough rows in
 # flight (8 x 64 = 512) to keep the scheduler's 256 sequences full while finished blocks come back.
 BATCH_ROWS = 64
@@ -49,6 +64,7 @@ class EngineLayout:
     bundle: dict[str, float]  # one engine's resources: a host's bundle of the reservation
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
     accelerator_type: str | None = None
+    env_vars: dict[str, str] = field(default_factory=dict)  # the engines' process environment
 
     def describe(self) -> str:
         tp = self.engine_kwargs.get("tensor_parallel_size", 1)
@@ -62,14 +78,26 @@ def scheduler_kwargs(platform: str) -> dict[str, int]:
     return {"max_num_seqs": seqs, "max_num_batched_tokens": tokens}
 
 
-def layout(shape: catalog.SliceShape | None, slices: int, on_cpu: bool, max_model_len: int) -> EngineLayout:
-    """The engines of a run on `slices` slices of `shape` (None: no cluster, this machine) (pure)."""
-    cpu = {"max_model_len": max_model_len, "dtype": "float32", "enforce_eager": True, **scheduler_kwargs("cpu")}
+def cpu_engine_env(engines: int, machine_cores: int) -> dict[str, str]:
+    """The process environment of each of `engines` CPU engines sharing `machine_cores` (pure)."""
+    return {**CPU_ENGINE_ENV, "OMP_NUM_THREADS": str(max(1, machine_cores // max(1, engines)))}
+
+
+def layout(shape: catalog.SliceShape | None, slices: int, on_cpu: bool, max_model_len: int, machine_cores: int = 1) -> EngineLayout:
+    """The engines of a run on `slices` slices of `shape` (None: no cluster, this machine) (pure).
+    `machine_cores`: the cores of the machine that runs CPU engines (this one, or the simulation's)."""
+    cpu = {
+        "max_model_len": max_model_len,
+        "dtype": "float32",
+        "enforce_eager": True,
+        "distributed_executor_backend": "uni",
+        **scheduler_kwargs("cpu"),
+    }
     if shape is None:
-        return EngineLayout(1, {"CPU": 1}, cpu)
+        return EngineLayout(1, {"CPU": 1}, cpu, env_vars=cpu_engine_env(1, machine_cores))
     bundle = {"CPU": 1.0, "TPU": float(shape.chips_per_host)}
     if on_cpu:
-        return EngineLayout(shape.hosts * slices, bundle, cpu)
+        return EngineLayout(shape.hosts * slices, bundle, cpu, env_vars=cpu_engine_env(shape.hosts * slices, machine_cores))
     kwargs = {
         "max_model_len": max_model_len,
         "tensor_parallel_size": shape.chips_per_host,
@@ -99,6 +127,25 @@ def finish_reason(tokens: Any, eos: frozenset[int]) -> str:
     return "stop" if tokens and int(tokens[-1]) in eos else "length"
 
 
+def import_processor() -> None:
+    """Import Ray Data's LLM processor without vLLM in this process (the driver), which never runs an
+    engine. Ray 2.60's vLLM stage module imports vLLM only to name its fatal errors, under
+    `try/except ImportError` (ray/llm/_internal/common/errors.py, read 2026-12-06); each engine's
+    process imports that module again, with vLLM. vLLM's import is about 9 s of a 2-core machine's
+    CPU that the driver would spend while Ray and the engines start."""
+    blocked = "vllm" not in sys.modules
+    if blocked:
+        sys.modules["vllm"] = None  # type: ignore[assignment]  # `import vllm...` raises ImportError
+    try:
+        # What building the processor imports: transformers, and through its AutoConfig the Llama
+        # config's module (about 3 s; every model jobs.batch takes is a Llama, model_problem).
+        import transformers.models.llama.configuration_llama  # noqa: F401
+        from ray.llm._internal.batch.stages import vLLMEngineStage  # noqa: F401
+    finally:
+        if blocked and sys.modules.get("vllm", False) is None:
+            del sys.modules["vllm"]
+
+
 def build(
     model_dir: str,
     engines: EngineLayout,
@@ -113,6 +160,7 @@ def build(
     reserves by default), its engines in `placement_group`'s bundles when given. Rows in: `_row`,
     `prompt`; rows out: `_row`, `completion`, `prompt_tokens`, `completion_tokens`, `finish_reason`.
     `env_vars`: the engines' environment (a CPU engine's KV cache size, offline caches)."""
+    import_processor()
     from ray.data.llm import build_processor, vLLMEngineProcessorConfig
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -137,7 +185,7 @@ def build(
         # No accelerator_type: its label resource is not in the reservation's bundles, and the
         # reservation already picked the hosts of the right type.
         placement_group_config={"bundles": [dict(engines.bundle)]},
-        runtime_env={"env_vars": {**offline_env_vars(), **(env_vars or {})}} if env_vars or os.environ.get("HF_HUB_OFFLINE") else None,
+        runtime_env={"env_vars": env} if (env := {**offline_env_vars(), **(env_vars or {}), **engines.env_vars}) else None,
         log_engine_metrics=False,
     )
     processor = build_processor(

@@ -142,16 +142,25 @@ def test_one_engine_per_host_tensor_parallel_over_its_chips_cpu_on_the_simulatio
     }
     v4 = engine.layout(catalog.shape("v4", "2x2x2"), 1, on_cpu=False, max_model_len=512)
     assert (v4.engines, v4.engine_kwargs["max_num_seqs"], v4.engine_kwargs["max_num_batched_tokens"]) == (2, 256, 8192)
-    sim = engine.layout(shape, 1, on_cpu=True, max_model_len=512)
+    assert tpu.env_vars == {}
+    sim = engine.layout(shape, 1, on_cpu=True, max_model_len=512, machine_cores=16)
+    # A CPU engine's worker runs in its EngineCore process: vLLM 0.29.0 keeps the "uni" executor on
+    # CPU only with VLLM_ENABLE_V1_MULTIPROCESSING=0 (vllm/platforms/cpu.py), else it adds a process.
     assert sim.engines == 4 and sim.engine_kwargs == {
         "max_model_len": 512,
         "dtype": "float32",
         "enforce_eager": True,
+        "distributed_executor_backend": "uni",
         "max_num_seqs": 256,
         "max_num_batched_tokens": 4096,
     }
-    local = engine.layout(None, 1, on_cpu=True, max_model_len=512)
+    # ... and its torch threads are the machine's cores shared out among its engines (Ray would give
+    # an actor of one CPU one thread).
+    assert sim.env_vars == {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "4"}
+    local = engine.layout(None, 1, on_cpu=True, max_model_len=512, machine_cores=2)
     assert local.engines == 1 and local.bundle == {"CPU": 1}
+    assert local.env_vars == {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "2"}
+    assert engine.layout(shape, 2, on_cpu=True, max_model_len=512, machine_cores=2).env_vars["OMP_NUM_THREADS"] == "1"
 
 
 def test_finish_reason_is_stop_on_an_eos_id_and_length_otherwise(tmp_path):
@@ -305,3 +314,25 @@ def test_rows_come_back_in_any_order_and_twice_yet_each_shard_is_committed_once_
     assert sorted(p.name for p in out.iterdir()) == [shards.shard_name(i) for i in range(3)]
     got = [r for i in range(3) for r in pq.read_table(out / shards.shard_name(i)).to_pylist()]
     assert [(r["id"], r["completion"]) for r in got] == [(f"q{i}", f"c{i}") for i in range(5)]
+
+
+def test_the_driver_builds_ray_datas_processor_without_importing_vllm():
+    """The driver never runs an engine: Ray 2.60's vLLM stage imports vLLM only to name its fatal
+    errors, under try/except ImportError (ray/llm/_internal/common/errors.py), so jobs.batch imports
+    it with vLLM blocked and unblocks it after; an engine's process imports vLLM as before."""
+    serve_python = REPO / ".venv-serve" / "bin" / "python"
+    if not (REPO / ".venv-serve" / ".installed").is_file():
+        pytest.skip(".venv-serve is not installed: run scripts/setup_serve_env.sh (make serve-setup)")
+    probe = (
+        "import sys\n"
+        "from jobs.batch import engine\n"
+        "engine.import_processor()\n"
+        "from ray.llm._internal.common import errors\n"
+        "from ray.llm._internal.batch.stages import vLLMEngineStage\n"
+        "print(sorted(m for m in sys.modules if m == 'vllm' or m.startswith('vllm.')), errors.VLLM_FATAL_ERRORS)\n"
+    )
+    out = subprocess.run([str(serve_python), "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    # Nothing imported and nothing left blocked (a None entry would be listed as 'vllm'): the
+    # process can still import vLLM, as the engines' processes do.
+    assert out.stdout.strip().splitlines()[-1] == "[] ()"
