@@ -95,9 +95,11 @@ def mount_problem(model: str) -> str | None:
     )
 
 
-def cpu_engine_env() -> dict[str, str]:
-    """A CPU engine's environment, as serving's on this machine (jobs.serve.local): vLLM's KV cache
-    at 1 GiB (by default its CPU backend claims 92% of the memory), offline, caches under build/."""
+def cpu_offline_env() -> dict[str, str]:
+    """A CPU engine's offline settings, as serving's on this machine (jobs.serve.local): vLLM's KV
+    cache at 1 GiB (by default its CPU backend claims 92% of the memory), offline, caches under
+    build/. (Its process settings, threads and the in-process worker, are the layout's:
+    engine.cpu_engine_env.)"""
     from jobs.serve.local import offline_environment
 
     return {k: v for k, v in offline_environment().items() if not k.startswith("RAY_")}
@@ -251,7 +253,7 @@ def _run(
                 args.max_tokens,
                 args.temperature,
                 placement_group=reservation.placement_group if reservation else None,
-                env_vars=cpu_engine_env() if on_cpu or target is None else None,
+                env_vars=cpu_offline_env() if layout.accelerator_type is None else None,  # CPU engines
             )
             results = processor(ray.data.from_items(rows))
 
