@@ -178,6 +178,7 @@ bench: setup serve-setup ## benchmarks: synth vs bare provider import, jobs vs b
 	.venv-serve/bin/python bench/serve_bench.py
 	.venv-serve/bin/python bench/batch_bench.py
 	.venv-serve/bin/python bench/batch_bench.py --model-size small
+	.venv-serve/bin/python bench/batch_bench.py --model-size small --prompts 8192
 
 clean: ## remove build outputs (keeps the venvs)
 	rm -rf cdktf.out build .pytest_cache

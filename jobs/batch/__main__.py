@@ -255,7 +255,7 @@ def _run(
                 placement_group=reservation.placement_group if reservation else None,
                 env_vars=cpu_offline_env() if layout.accelerator_type is None else None,  # CPU engines
             )
-            results = processor(ray.data.from_items(rows))
+            results = processor(ray.data.from_items(rows, override_num_blocks=engine.input_blocks(len(rows), layout.engines)))
 
             def consume() -> None:
                 try:

@@ -72,6 +72,15 @@ class EngineLayout:
         return f"{self.engines} vLLM engine(s), one per host, tensor parallel {tp} ({kind})"
 
 
+def input_blocks(rows: int, engines: int) -> int:
+    """How many blocks `rows` prompts go to `engines` engines in (pure): one engine batch each
+    (BATCH_ROWS), and at least one per engine while there are rows for them. Ray Data would split
+    them into at least 200 (Ray 2.60 ray/data/context.py DEFAULT_READ_OP_MIN_NUM_BLOCKS, read
+    2026-12-07), a preprocess and a postprocess task each: 1024 prompts made about 2000 tasks of a
+    few rows, scheduled on the cores the engines start and run on."""
+    return max(1, min(rows, max(-(-rows // BATCH_ROWS), engines)))
+
+
 def scheduler_kwargs(platform: str) -> dict[str, int]:
     """The offline `vllm.LLM` scheduler defaults of `platform` ("cpu" or a TPU generation) (pure)."""
     seqs, tokens = OFFLINE_BATCH_DEFAULTS.get(platform, OFFLINE_BATCH_DEFAULTS["other"])

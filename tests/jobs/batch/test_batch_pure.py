@@ -163,6 +163,16 @@ def test_one_engine_per_host_tensor_parallel_over_its_chips_cpu_on_the_simulatio
     assert engine.layout(shape, 2, on_cpu=True, max_model_len=512, machine_cores=2).env_vars["OMP_NUM_THREADS"] == "1"
 
 
+def test_prompts_go_to_the_engines_a_batch_per_block_and_every_engine_gets_one():
+    # One block per engine batch (64 rows), not Ray Data's 200 blocks at least: 1024 prompts, 16.
+    assert engine.input_blocks(1024, 1) == 16
+    assert engine.input_blocks(1000, 1) == 16  # the last block shorter
+    # Few prompts over many engines: a block per engine while there are rows for them.
+    assert engine.input_blocks(100, 8) == 8
+    assert engine.input_blocks(3, 8) == 3
+    assert engine.input_blocks(1, 1) == 1
+
+
 def test_finish_reason_is_stop_on_an_eos_id_and_length_otherwise(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"eos_token_id": 2}))
     (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": [2, 7]}))
