@@ -15,8 +15,8 @@ Targets, each on a line ending in `met` or `NOT met`:
    wall time against a full run's: <= 0.6x. A rerun starts its engines again, so the ratio has a
    floor that no job built on vLLM goes below: vLLM alone, stopped at half and run again over the
    rest, would take (its start-up + half its generation) / its whole run. Where the prompts are so
-   few that this floor is above the target (vLLM's start-up too large a part of a run), the rerun is printed
-   for the record, not judged; `make bench` judges it over enough prompts to be batch work.
+   few that this floor is above the target (vLLM's start-up being too large a part of a run), the
+   rerun is printed for the record, not judged; `make bench` judges it over enough prompts to be batch work.
 """
 
 from __future__ import annotations
